@@ -1,0 +1,117 @@
+//! The parsed form of one block: only what counting, grouping and planning need.
+
+/// Who speaks. `developer` is read as `System`; Responses items without a role take it from
+/// their type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "system" | "developer" => Some(Role::System),
+            "user" => Some(Role::User),
+            "assistant" => Some(Role::Assistant),
+            "tool" => Some(Role::Tool),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// What a block is for; decides protection (`System`, `Character`) and strategy treatment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    System,
+    Character,
+    Persona,
+    Lorebook,
+    Memory,
+    Summary,
+    Message,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "system" => Some(Kind::System),
+            "character" => Some(Kind::Character),
+            "persona" => Some(Kind::Persona),
+            "lorebook" => Some(Kind::Lorebook),
+            "memory" => Some(Kind::Memory),
+            "summary" => Some(Kind::Summary),
+            "message" => Some(Kind::Message),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::System => "system",
+            Kind::Character => "character",
+            Kind::Persona => "persona",
+            Kind::Lorebook => "lorebook",
+            Kind::Memory => "memory",
+            Kind::Summary => "summary",
+            Kind::Message => "message",
+        }
+    }
+}
+
+/// A tool call the block issues. `arguments` is the JSON text the model sees.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// An image part; detail and size are kept for profiles that price images by them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Image {
+    pub detail: Option<String>,
+    pub width: Option<u64>,
+    pub height: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    /// The given id, or `#<index>` when the block has none.
+    pub id: String,
+    pub role: Role,
+    pub kind: Kind,
+    /// Text pieces in reading order; each is counted on its own.
+    pub pieces: Vec<String>,
+    pub calls: Vec<ToolCall>,
+    /// Ids of the calls this block answers (every spelling found).
+    pub result_ids: Vec<String>,
+    pub images: Vec<Image>,
+    pub pinned: bool,
+    pub mandatory: bool,
+    pub injected: bool,
+    pub relevance: Option<f64>,
+}
+
+impl Block {
+    /// Kind `system` or `character`, or the plain system prompt (role system, kind message).
+    pub fn is_system_protected(&self) -> bool {
+        matches!(self.kind, Kind::System | Kind::Character) || (self.role == Role::System && self.kind == Kind::Message)
+    }
+
+    /// Code points of the text pieces: what `max_block_chars` limits.
+    pub fn char_count(&self) -> usize {
+        self.pieces.iter().map(|p| p.chars().count()).sum()
+    }
+}

@@ -1,0 +1,143 @@
+//! Tool-call groups: blocks that share any call id (issued or answered) are one group,
+//! however far apart (union-find). Groups are numbered by their earliest member.
+
+use crate::block::Block;
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+pub struct Groups {
+    /// Group number of each block.
+    pub group_of: Vec<usize>,
+    /// Members of group `g` are `members[starts[g]..starts[g + 1]]`, ascending.
+    starts: Vec<usize>,
+    members: Vec<usize>,
+    /// Group `g` has a member that issues a call / that answers one.
+    issues: Vec<bool>,
+    answers: Vec<bool>,
+}
+
+impl Groups {
+    pub fn build(blocks: &[Block]) -> Groups {
+        let n = blocks.len();
+        let mut parent: Vec<usize> = (0..n).collect();
+        let mut first_with_id: HashMap<&str, usize> = HashMap::new();
+        for (i, block) in blocks.iter().enumerate() {
+            let ids = block.calls.iter().map(|c| c.id.as_str()).chain(block.result_ids.iter().map(String::as_str));
+            for id in ids {
+                match first_with_id.get(id) {
+                    Some(&j) => union(&mut parent, i, j),
+                    None => {
+                        first_with_id.insert(id, i);
+                    }
+                }
+            }
+        }
+
+        // Number groups in order of their earliest member.
+        let mut number_of_root = vec![usize::MAX; n];
+        let mut group_of = Vec::with_capacity(n);
+        let mut sizes = Vec::new();
+        for i in 0..n {
+            let root = find(&mut parent, i);
+            if number_of_root[root] == usize::MAX {
+                number_of_root[root] = sizes.len();
+                sizes.push(0);
+            }
+            let g = number_of_root[root];
+            group_of.push(g);
+            sizes[g] += 1;
+        }
+        let mut starts = Vec::with_capacity(sizes.len() + 1);
+        starts.push(0);
+        for size in &sizes {
+            starts.push(starts.last().copied().unwrap_or(0) + size);
+        }
+        let mut fill = starts.clone();
+        let mut members = vec![0; n];
+        let mut issues = vec![false; sizes.len()];
+        let mut answers = vec![false; sizes.len()];
+        for (i, &g) in group_of.iter().enumerate() {
+            members[fill[g]] = i;
+            fill[g] += 1;
+            issues[g] |= !blocks[i].calls.is_empty();
+            answers[g] |= !blocks[i].result_ids.is_empty();
+        }
+        Groups { group_of, starts, members, issues, answers }
+    }
+
+    pub fn len(&self) -> usize {
+        self.issues.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.issues.is_empty()
+    }
+
+    pub fn members(&self, g: usize) -> &[usize] {
+        &self.members[self.starts[g]..self.starts[g + 1]]
+    }
+
+    /// Some member answers a call and none issues one: its results have nothing to answer.
+    pub fn is_orphan(&self, g: usize) -> bool {
+        self.answers[g] && !self.issues[g]
+    }
+}
+
+fn find(parent: &mut [usize], mut i: usize) -> usize {
+    while parent[i] != i {
+        parent[i] = parent[parent[i]]; // path halving
+        i = parent[i];
+    }
+    i
+}
+
+/// Union toward the smaller index (keeps trees shallow enough with path halving, and is
+/// deterministic).
+fn union(parent: &mut [usize], a: usize, b: usize) {
+    let (ra, rb) = (find(parent, a), find(parent, b));
+    if ra != rb {
+        let (lo, hi) = if ra < rb { (ra, rb) } else { (rb, ra) };
+        parent[hi] = lo;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse_conversation;
+    use serde_json::json;
+
+    fn groups(values: serde_json::Value) -> Groups {
+        Groups::build(&parse_conversation(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks)
+    }
+
+    #[test]
+    fn parallel_calls_with_spread_results_form_one_group() {
+        let g = groups(json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [{"id": "a"}, {"id": "b"}, {"id": "c"}]},
+            {"role": "tool", "tool_call_id": "a"},
+            {"role": "user", "content": "meanwhile"},
+            {"role": "tool", "meta": {"callId": "c"}},
+            {"role": "tool", "toolCallId": "b"},
+            {"role": "tool", "tool_use_id": "zzz"}
+        ]));
+        assert_eq!(g.group_of, [0, 1, 1, 2, 1, 1, 3]);
+        assert_eq!(g.members(1), [1, 2, 4, 5]);
+        assert!(!g.is_orphan(1));
+        assert!(g.is_orphan(3));
+        assert!(!g.is_orphan(0));
+    }
+
+    #[test]
+    fn ids_chain_groups_together() {
+        // b answers a's call and issues its own, answered by c: one group.
+        let g = groups(json!([
+            {"role": "assistant", "tool_calls": [{"id": "x"}]},
+            {"role": "assistant", "toolCallId": "x", "tool_calls": [{"id": "y"}]},
+            {"role": "tool", "tool_call_id": "y"}
+        ]));
+        assert_eq!(g.group_of, [0, 0, 0]);
+        assert_eq!(g.len(), 1);
+    }
+}

@@ -1,0 +1,20 @@
+//! contextshift-core: the hot path of contextshift, free of any Python types so that
+//! `cargo test` runs without an interpreter. The PyO3 bindings in `rust_ext/src` are a thin
+//! layer over these functions.
+//!
+//! The exact behaviour is specified in `docs/semantics.md`.
+
+pub mod block;
+pub mod count;
+pub mod group;
+pub mod json_text;
+pub mod parse;
+pub mod plan;
+pub mod profile;
+
+pub use block::{Block, Image, Kind, Role, ToolCall};
+pub use count::{block_tokens, count_blocks};
+pub use group::Groups;
+pub use parse::{parse_block, parse_conversation, CharCut, Conversation, Violation};
+pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
+pub use profile::{profile_by_name, Profile, PROFILES};

@@ -1,0 +1,308 @@
+//! Protection, the pinned cap, and the removal plan (orphans, oldest-first removal by whole
+//! groups, leading-assistant repair). docs/semantics.md §4–5.
+
+use crate::block::{Block, Kind, Role};
+use crate::group::Groups;
+
+/// Why a block is protected; decides its kept reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protection {
+    None,
+    System,
+    Mandatory,
+    /// Pinned by the caller, or the current input.
+    Pinned,
+}
+
+/// Stable reason codes (DESIGN.md §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    ProtectedSystem,
+    Pinned,
+    Mandatory,
+    Fits,
+    BudgetOldestFirst,
+    ToolGroup,
+    ManualExcluded,
+    LowRelevance,
+    OrphanToolResult,
+    LeadingAssistant,
+    Summarized,
+    CharCap,
+    UnpinnedByCap,
+    PluginExcluded,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::ProtectedSystem => "PROTECTED_SYSTEM",
+            Reason::Pinned => "PINNED",
+            Reason::Mandatory => "MANDATORY",
+            Reason::Fits => "FITS",
+            Reason::BudgetOldestFirst => "BUDGET_OLDEST_FIRST",
+            Reason::ToolGroup => "TOOL_GROUP",
+            Reason::ManualExcluded => "MANUAL_EXCLUDED",
+            Reason::LowRelevance => "LOW_RELEVANCE",
+            Reason::OrphanToolResult => "ORPHAN_TOOL_RESULT",
+            Reason::LeadingAssistant => "LEADING_ASSISTANT",
+            Reason::Summarized => "SUMMARIZED",
+            Reason::CharCap => "CHAR_CAP",
+            Reason::UnpinnedByCap => "UNPINNED_BY_CAP",
+            Reason::PluginExcluded => "PLUGIN_EXCLUDED",
+        }
+    }
+}
+
+/// Pins that count against `pinned_cap`: pinned blocks not already protected as system or
+/// mandatory.
+fn counts_as_pin(block: &Block) -> bool {
+    block.pinned && !block.mandatory && !block.is_system_protected()
+}
+
+/// Stage 3: the injected pins to drop, oldest first, until pinned tokens are at most `limit`.
+/// The most recent pin always stays.
+pub fn pinned_cap(blocks: &[Block], tokens: &[u64], limit: f64) -> Vec<usize> {
+    let pins: Vec<usize> = (0..blocks.len()).filter(|&i| counts_as_pin(&blocks[i])).collect();
+    let mut pinned: u64 = pins.iter().map(|&i| tokens[i]).sum();
+    let mut unpinned = Vec::new();
+    let Some((_latest, older)) = pins.split_last() else { return unpinned };
+    for &i in older {
+        if pinned as f64 <= limit {
+            break;
+        }
+        if blocks[i].injected {
+            pinned -= tokens[i];
+            unpinned.push(i);
+        }
+    }
+    unpinned
+}
+
+/// Protection of every block. `unpinned[i]` marks pins the pinned cap removed.
+pub fn protection(blocks: &[Block], protect_current_input: bool, unpinned: &[bool]) -> Vec<Protection> {
+    let current_input = if protect_current_input { blocks.iter().rposition(|b| b.role == Role::User) } else { None };
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            if b.is_system_protected() {
+                Protection::System
+            } else if b.mandatory {
+                Protection::Mandatory
+            } else if (b.pinned && !unpinned[i]) || current_input == Some(i) {
+                Protection::Pinned
+            } else {
+                Protection::None
+            }
+        })
+        .collect()
+}
+
+/// What the plan decided for every block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub kept: Vec<bool>,
+    pub reasons: Vec<Reason>,
+    /// Prompt tokens by the running total (the caller recounts independently).
+    pub total: u64,
+}
+
+/// Protected blocks alone do not fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BudgetExceeded {
+    pub protected_tokens: u64,
+    pub budget: u64,
+}
+
+pub struct PlanInput<'a> {
+    pub blocks: &'a [Block],
+    pub tokens: &'a [u64],
+    pub groups: &'a Groups,
+    pub protection: &'a [Protection],
+    pub unpinned: &'a [bool],
+    pub budget: u64,
+    pub prompt_overhead: u64,
+    pub start_on_user: bool,
+}
+
+struct Planner<'a> {
+    input: &'a PlanInput<'a>,
+    kept: Vec<bool>,
+    reasons: Vec<Reason>,
+    total: u64,
+}
+
+impl Planner<'_> {
+    /// Excludes a whole group: its earliest member carries `reason`, the others `TOOL_GROUP`.
+    fn exclude(&mut self, g: usize, reason: Reason) {
+        for (k, &i) in self.input.groups.members(g).iter().enumerate() {
+            self.kept[i] = false;
+            self.reasons[i] = if k == 0 { reason } else { Reason::ToolGroup };
+            self.total -= self.input.tokens[i];
+        }
+    }
+}
+
+/// Stages 4–5 with the `truncate` strategy: orphans out, then unprotected groups oldest-first
+/// until the prompt fits, then the leading-assistant repair. Linear in blocks.
+pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
+    let n = input.blocks.len();
+    let groups = input.groups;
+    let mut group_protected = vec![false; groups.len()];
+    for (i, p) in input.protection.iter().enumerate() {
+        group_protected[groups.group_of[i]] |= *p != Protection::None;
+    }
+    let mut planner = Planner {
+        input,
+        kept: vec![true; n],
+        reasons: vec![Reason::Fits; n],
+        total: input.prompt_overhead + input.tokens.iter().sum::<u64>(),
+    };
+
+    for (g, &is_protected) in group_protected.iter().enumerate() {
+        if groups.is_orphan(g) && !is_protected {
+            planner.exclude(g, Reason::OrphanToolResult);
+        }
+    }
+
+    let mut removed_any = false;
+    for (g, &is_protected) in group_protected.iter().enumerate() {
+        if planner.total <= input.budget {
+            break;
+        }
+        let earliest = groups.members(g)[0];
+        if is_protected || !planner.kept[earliest] {
+            continue;
+        }
+        planner.exclude(g, Reason::BudgetOldestFirst);
+        removed_any = true;
+    }
+    if planner.total > input.budget {
+        return Err(BudgetExceeded { protected_tokens: planner.total, budget: input.budget });
+    }
+
+    if input.start_on_user && removed_any {
+        for i in 0..n {
+            let block = &input.blocks[i];
+            if !planner.kept[i] || block.kind != Kind::Message || block.role == Role::System {
+                continue;
+            }
+            let g = groups.group_of[i];
+            if block.role != Role::Assistant || group_protected[g] {
+                break;
+            }
+            planner.exclude(g, Reason::LeadingAssistant);
+        }
+    }
+
+    let Planner { kept, mut reasons, total, .. } = planner;
+    for i in 0..n {
+        if kept[i] {
+            reasons[i] = match input.protection[i] {
+                Protection::System => Reason::ProtectedSystem,
+                Protection::Mandatory => Reason::Mandatory,
+                Protection::Pinned => Reason::Pinned,
+                Protection::None if group_protected[groups.group_of[i]] => Reason::ToolGroup,
+                Protection::None => Reason::Fits,
+            };
+        } else if input.unpinned[i] {
+            reasons[i] = Reason::UnpinnedByCap;
+        }
+    }
+    Ok(Plan { kept, reasons, total })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::count::count_blocks;
+    use crate::parse::parse_conversation;
+    use crate::profile::Heuristic;
+    use serde_json::{json, Value};
+
+    fn plan(values: Value, budget: u64) -> Result<Vec<(String, bool, &'static str)>, BudgetExceeded> {
+        let blocks = parse_conversation(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let tokens = count_blocks(&Heuristic, &blocks.iter().collect::<Vec<_>>());
+        let groups = Groups::build(&blocks);
+        let unpinned = vec![false; blocks.len()];
+        let protection = protection(&blocks, true, &unpinned);
+        let input = PlanInput {
+            blocks: &blocks,
+            tokens: &tokens,
+            groups: &groups,
+            protection: &protection,
+            unpinned: &unpinned,
+            budget,
+            prompt_overhead: 0,
+            start_on_user: true,
+        };
+        let plan = plan_removal(&input)?;
+        Ok(blocks.iter().zip(plan.kept).zip(plan.reasons).map(|((b, k), r)| (b.id.clone(), k, r.as_str())).collect())
+    }
+
+    // Every block below costs 4 + 1 = 5 tokens (a short text).
+    #[test]
+    fn removes_oldest_groups_until_it_fits_and_repairs_the_start() {
+        let got = plan(
+            json!([
+                {"id": "sys", "role": "system", "content": "s"},
+                {"id": "u1", "role": "user", "content": "a"},
+                {"id": "a1", "role": "assistant", "content": "b", "tool_calls": [{"id": "c1", "name": "", "arguments": ""}]},
+                {"id": "t1", "role": "tool", "tool_call_id": "c1", "content": "c"},
+                {"id": "a2", "role": "assistant", "content": "d"},
+                {"id": "u2", "role": "user", "content": "e"}
+            ]),
+            16,
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                ("sys".into(), true, "PROTECTED_SYSTEM"),
+                ("u1".into(), false, "BUDGET_OLDEST_FIRST"),
+                ("a1".into(), false, "BUDGET_OLDEST_FIRST"),
+                ("t1".into(), false, "TOOL_GROUP"),
+                ("a2".into(), false, "LEADING_ASSISTANT"),
+                ("u2".into(), true, "PINNED"),
+            ]
+        );
+    }
+
+    #[test]
+    fn orphans_go_even_when_everything_fits() {
+        let got = plan(
+            json!([{"id": "t", "role": "tool", "toolCallId": "gone"}, {"id": "u", "role": "user", "content": "x"}]),
+            1000,
+        )
+        .unwrap();
+        assert_eq!(got[0], ("t".into(), false, "ORPHAN_TOOL_RESULT"));
+        assert_eq!(got[1], ("u".into(), true, "PINNED"));
+    }
+
+    #[test]
+    fn protected_alone_over_budget_fails_with_numbers() {
+        let err = plan(json!([{"role": "system", "content": "s"}, {"role": "user", "content": "x"}]), 9).unwrap_err();
+        assert_eq!(err, BudgetExceeded { protected_tokens: 10, budget: 9 });
+    }
+
+    #[test]
+    fn pinned_cap_unpins_oldest_injected_but_never_the_latest() {
+        let blocks = parse_conversation(
+            json!([
+                {"role": "user", "pinned": true, "injected": true},
+                {"role": "user", "pinned": true},
+                {"role": "user", "pinned": true, "injected": true},
+                {"role": "user", "pinned": true, "injected": true}
+            ])
+            .as_array()
+            .unwrap(),
+            50_000,
+            "blocks",
+        )
+        .unwrap()
+        .blocks;
+        assert_eq!(pinned_cap(&blocks, &[10, 10, 10, 10], 15.0), [0, 2]);
+        assert_eq!(pinned_cap(&blocks, &[10, 10, 10, 10], 40.0), Vec::<usize>::new());
+    }
+}

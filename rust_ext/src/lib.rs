@@ -1,0 +1,266 @@
+//! `contextshift._core`: thin PyO3 bindings over `contextshift-core`.
+//!
+//! Every entry point copies its inputs into owned Rust data, does the work with the GIL
+//! released, and maps errors to the specific exceptions of `contextshift.errors`. A Rust
+//! panic becomes `contextshift.errors.InternalError` here, at the boundary: pyo3's own
+//! `PanicException` derives from `BaseException`, which servers such as grpcio do not answer.
+
+mod convert;
+
+use contextshift_core::plan::pinned_cap as plan_pinned_cap;
+use contextshift_core::{
+    block_tokens, count_blocks, parse_block, parse_conversation, plan_removal, profile_by_name, protection, Block,
+    CharCut, Groups, PlanInput, Profile, Reason, Violation, PROFILES,
+};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+pyo3::import_exception!(contextshift.errors, InvalidBlocks);
+pyo3::import_exception!(contextshift.errors, InvalidOptions);
+pyo3::import_exception!(contextshift.errors, TokenBudgetExceeded);
+pyo3::import_exception!(contextshift.errors, InternalError);
+
+/// Runs `f`, turning a panic into `InternalError` with the panic message.
+fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        Err(InternalError::new_err(format!("contextshift core panicked: {message}")))
+    })
+}
+
+fn invalid_blocks(violations: Vec<Violation>) -> PyErr {
+    let pairs: Vec<(String, String)> = violations.into_iter().map(|v| (v.field, v.description)).collect();
+    InvalidBlocks::new_err((pairs,))
+}
+
+fn profile_named(name: &str) -> PyResult<&'static dyn Profile> {
+    profile_by_name(name).ok_or_else(|| {
+        let known: Vec<&str> = PROFILES.iter().map(|p| p.name()).collect();
+        InvalidOptions::new_err((vec![(
+            "profile".to_owned(),
+            format!("unknown profile {name:?} (known: {})", known.join(", ")),
+        )],))
+    })
+}
+
+fn reason_str(py: Python<'_>, reason: Reason) -> &Bound<'_, PyString> {
+    match reason {
+        Reason::ProtectedSystem => pyo3::intern!(py, "PROTECTED_SYSTEM"),
+        Reason::Pinned => pyo3::intern!(py, "PINNED"),
+        Reason::Mandatory => pyo3::intern!(py, "MANDATORY"),
+        Reason::Fits => pyo3::intern!(py, "FITS"),
+        Reason::BudgetOldestFirst => pyo3::intern!(py, "BUDGET_OLDEST_FIRST"),
+        Reason::ToolGroup => pyo3::intern!(py, "TOOL_GROUP"),
+        Reason::ManualExcluded => pyo3::intern!(py, "MANUAL_EXCLUDED"),
+        Reason::LowRelevance => pyo3::intern!(py, "LOW_RELEVANCE"),
+        Reason::OrphanToolResult => pyo3::intern!(py, "ORPHAN_TOOL_RESULT"),
+        Reason::LeadingAssistant => pyo3::intern!(py, "LEADING_ASSISTANT"),
+        Reason::Summarized => pyo3::intern!(py, "SUMMARIZED"),
+        Reason::CharCap => pyo3::intern!(py, "CHAR_CAP"),
+        Reason::UnpinnedByCap => pyo3::intern!(py, "UNPINNED_BY_CAP"),
+        Reason::PluginExcluded => pyo3::intern!(py, "PLUGIN_EXCLUDED"),
+    }
+}
+
+/// A parsed request: blocks (after the char cap), the cuts made, and the tool-call groups.
+#[pyclass(frozen, module = "contextshift._core")]
+struct Conversation {
+    blocks: Vec<Block>,
+    cuts: Vec<CharCut>,
+    groups: Groups,
+}
+
+/// Block token counts of one conversation under one profile.
+#[pyclass(frozen, module = "contextshift._core")]
+struct Counts {
+    profile: &'static dyn Profile,
+    tokens: Vec<u64>,
+}
+
+#[pymethods]
+impl Counts {
+    #[getter]
+    fn tokens(&self) -> Vec<u64> {
+        self.tokens.clone()
+    }
+
+    #[getter]
+    fn profile(&self) -> &'static str {
+        self.profile.name()
+    }
+}
+
+/// The outcome of the removal plan.
+#[pyclass(frozen, module = "contextshift._core", get_all)]
+struct Plan {
+    kept: Vec<usize>,
+    excluded: Vec<usize>,
+    reasons: Py<PyList>,
+    total: u64,
+}
+
+#[pymethods]
+impl Conversation {
+    #[new]
+    fn new(py: Python<'_>, blocks: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
+        guarded(|| {
+            let values = convert::blocks_to_values(blocks, "blocks").map_err(invalid_blocks)?;
+            py.detach(|| {
+                parse_conversation(&values, max_block_chars, "blocks").map(|conv| {
+                    let groups = Groups::build(&conv.blocks);
+                    Conversation { blocks: conv.blocks, cuts: conv.cuts, groups }
+                })
+            })
+            .map_err(invalid_blocks)
+        })
+    }
+
+    fn __len__(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Block ids in order (given, or `#<index>`).
+    #[getter]
+    fn ids(&self) -> Vec<String> {
+        self.blocks.iter().map(|b| b.id.clone()).collect()
+    }
+
+    fn count(&self, py: Python<'_>, profile: &str) -> PyResult<Counts> {
+        guarded(|| {
+            let profile = profile_named(profile)?;
+            let tokens = py.detach(|| count_blocks(profile, &self.blocks.iter().collect::<Vec<_>>()));
+            Ok(Counts { profile, tokens })
+        })
+    }
+
+    /// Stage 3: indices of the injected pins to unpin so pins take at most `limit` tokens.
+    fn pinned_cap(&self, counts: &Counts, limit: f64) -> PyResult<Vec<usize>> {
+        guarded(|| Ok(plan_pinned_cap(&self.blocks, &counts.tokens, limit)))
+    }
+
+    /// Stages 4–5 with the truncate strategy. Raises `TokenBudgetExceeded` when protected
+    /// blocks alone exceed `budget`.
+    fn plan(
+        &self,
+        py: Python<'_>,
+        counts: &Counts,
+        budget: u64,
+        unpinned: Vec<usize>,
+        protect_current_input: bool,
+        start_on_user: bool,
+    ) -> PyResult<Plan> {
+        guarded(|| {
+            let n = self.blocks.len();
+            let mut unpinned_mask = vec![false; n];
+            for i in unpinned {
+                *unpinned_mask
+                    .get_mut(i)
+                    .ok_or_else(|| PyValueError::new_err(format!("unpinned index {i} out of range")))? = true;
+            }
+            let plan = py.detach(|| {
+                let protection = protection(&self.blocks, protect_current_input, &unpinned_mask);
+                plan_removal(&PlanInput {
+                    blocks: &self.blocks,
+                    tokens: &counts.tokens,
+                    groups: &self.groups,
+                    protection: &protection,
+                    unpinned: &unpinned_mask,
+                    budget,
+                    prompt_overhead: counts.profile.prompt_overhead(),
+                    start_on_user,
+                })
+            });
+            let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
+            let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
+            let reasons = PyList::new(py, plan.reasons.iter().map(|r| reason_str(py, *r)))?.unbind();
+            Ok(Plan { kept, excluded, reasons, total: plan.total })
+        })
+    }
+
+    /// Stage 6: prompt tokens of the given blocks, counted afresh from their content.
+    fn recount(&self, py: Python<'_>, profile: &str, indices: Vec<usize>) -> PyResult<u64> {
+        guarded(|| {
+            let profile = profile_named(profile)?;
+            let selected = indices
+                .iter()
+                .map(|&i| self.blocks.get(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range"))))
+                .collect::<PyResult<Vec<&Block>>>()?;
+            Ok(py.detach(|| profile.prompt_overhead() + count_blocks(profile, &selected).iter().sum::<u64>()))
+        })
+    }
+
+    /// Blocks the char cap cut: `(index, tokens before the cut, the block's message with the cut
+    /// text in place)`.
+    fn cuts<'py>(&self, py: Python<'py>, profile: &str) -> PyResult<Vec<(usize, u64, Bound<'py, PyAny>)>> {
+        guarded(|| {
+            let profile = profile_named(profile)?;
+            self.cuts
+                .iter()
+                .map(|cut| {
+                    Ok((cut.index, block_tokens(profile, &cut.original), convert::value_to_py(py, &cut.message)?))
+                })
+                .collect()
+        })
+    }
+}
+
+/// Token counts of texts (text tokens) and blocks (block tokens) under one profile.
+#[pyfunction]
+fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
+    guarded(|| {
+        let profile = profile_named(profile)?;
+        let items = convert::items_to_values(items).map_err(invalid_blocks)?;
+        py.detach(|| {
+            let mut violations = Vec::new();
+            let counts = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    convert::Item::Text(text) => profile.text_tokens(text),
+                    convert::Item::Block(value) => match parse_block(value, i, "items") {
+                        Ok(block) => block_tokens(profile, &block),
+                        Err(v) => {
+                            violations.extend(v);
+                            0
+                        }
+                    },
+                })
+                .collect();
+            if violations.is_empty() {
+                Ok(counts)
+            } else {
+                Err(violations)
+            }
+        })
+        .map_err(invalid_blocks)
+    })
+}
+
+/// `(name, approximate)` of every profile this build knows.
+#[pyfunction]
+fn profiles() -> Vec<(&'static str, bool)> {
+    PROFILES.iter().map(|p| (p.name(), p.approximate())).collect()
+}
+
+/// Panics inside the core, so the test suite can prove a panic surfaces as `InternalError`.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    guarded(|| py.detach(|| panic!("deliberate panic for the boundary test")))
+}
+
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Conversation>()?;
+    m.add_class::<Counts>()?;
+    m.add_class::<Plan>()?;
+    m.add_function(wrap_pyfunction!(count_items, m)?)?;
+    m.add_function(wrap_pyfunction!(profiles, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    Ok(())
+}

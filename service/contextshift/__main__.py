@@ -1,0 +1,3 @@
+from contextshift.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Command line: preview what a shift keeps and drops, and count tokens.
+
+contextshift preview examples/support-chat.json --context-limit 8000 --response-reserve 2000
+contextshift count examples/support-chat.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from contextshift import engine
+from contextshift.budget import Budget
+from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
+from contextshift.shift import ShiftResult, shift_context
+
+
+def load_blocks(path: Path) -> list[Any]:
+    """A JSON list of blocks, or a request body holding one: `blocks`, `messages` (OpenAI chat,
+    Anthropic, whose top-level `system` string becomes a system block) or `input` (Responses)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, list):
+        return data
+    if isinstance(data, dict):
+        for key in ("blocks", "messages", "input"):
+            if isinstance(data.get(key), list):
+                blocks: list[Any] = list(data[key])
+                if key == "messages" and isinstance(data.get("system"), str):
+                    blocks.insert(0, {"role": "system", "content": data["system"]})
+                return blocks
+    raise SystemExit(f"{path}: expected a JSON list of blocks or an object with blocks/messages/input")
+
+
+def _label(block: Any) -> str:
+    if not isinstance(block, Mapping):
+        return "?"
+    role = block.get("role") or block.get("type") or "?"
+    kind = block.get("kind")
+    return f"{role}/{kind}" if kind else str(role)
+
+
+def _preview_text(block: Any, width: int = 48) -> str:
+    content = block.get("content") if isinstance(block, Mapping) else None
+    if isinstance(content, list):
+        content = " ".join(
+            str(p.get("text", f"[{p.get('type')}]")) for p in content if isinstance(p, Mapping)
+        )
+    text = " ".join(str(content or "").split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(blocks: Sequence[Any], result: ShiftResult) -> str:
+    decisions = {d.id: ("kept", d) for d in result.kept} | {d.id: ("EXCLUDED", d) for d in result.excluded}
+    rows = [("#", "id", "role/kind", "tokens", "decision", "reason", "text")]
+    for index, block in enumerate(blocks):
+        given = block.get("id") if isinstance(block, Mapping) else None
+        block_id = given if isinstance(given, str) else f"#{index}"
+        decision, entry = decisions[block_id]
+        rows.append(
+            (
+                str(index),
+                block_id,
+                _label(block),
+                str(entry.tokens),
+                decision,
+                entry.reason,
+                _preview_text(block),
+            )
+        )
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    approx = " (approximate)" if result.approximate else ""
+    lines.append("")
+    lines.append(
+        f"{len(result.kept)} kept, {len(result.excluded)} excluded, {len(result.truncated)} truncated; "
+        f"prompt {result.prompt_tokens} of {result.budget} tokens, profile {result.profile}{approx}"
+    )
+    lines.extend(f"warning: {w}" for w in result.warnings)
+    return "\n".join(lines)
+
+
+def _budget(args: argparse.Namespace) -> int | Budget:
+    if args.budget is not None:
+        return int(args.budget)
+    return Budget(args.context_limit, args.response_reserve, args.system_reserve)
+
+
+def _preview(args: argparse.Namespace) -> int:
+    blocks = load_blocks(args.file)
+    result = shift_context(blocks, budget=_budget(args), profile=args.profile, strategy=args.strategy)
+    if args.json:
+        print(json.dumps(_result_json(result), ensure_ascii=False, indent=2))
+    else:
+        print(render_table(blocks, result))
+    return 0
+
+
+def _result_json(result: ShiftResult) -> dict[str, Any]:
+    return {
+        "kept": [vars_of(d) for d in result.kept],
+        "excluded": [vars_of(d) for d in result.excluded],
+        "truncated": [vars_of(t) for t in result.truncated],
+        "prompt_tokens": result.prompt_tokens,
+        "budget": result.budget,
+        "profile": result.profile,
+        "approximate": result.approximate,
+        "warnings": result.warnings,
+        "messages": result.messages,
+    }
+
+
+def vars_of(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__}
+
+
+def _count(args: argparse.Namespace) -> int:
+    items: list[Any] = [args.text] if args.text is not None else load_blocks(args.file)
+    counts = engine.count_items(items, args.profile)
+    for index, (item, tokens) in enumerate(zip(items, counts, strict=True)):
+        label = "text" if isinstance(item, str) else _label(item)
+        print(f"{index:>4}  {label:<18} {tokens:>8}")
+    print(f"total {sum(counts)} tokens, profile {args.profile}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contextshift", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    preview = sub.add_parser("preview", help="show what a shift of a conversation file keeps and excludes")
+    preview.add_argument("file", type=Path)
+    preview.add_argument("--budget", type=int, help="token budget, used as is (overrides the window flags)")
+    preview.add_argument("--context-limit", type=int, default=128_000)
+    preview.add_argument("--response-reserve", type=int, default=0)
+    preview.add_argument("--system-reserve", type=int, default=0)
+    preview.add_argument("--profile", default="heuristic", choices=engine.profile_names())
+    preview.add_argument("--strategy", default="truncate")
+    preview.add_argument("--json", action="store_true", help="print the full result as JSON")
+    preview.set_defaults(run=_preview)
+
+    count = sub.add_parser("count", help="count tokens of each block in a file, or of --text")
+    source = count.add_mutually_exclusive_group(required=True)
+    source.add_argument("file", type=Path, nargs="?")
+    source.add_argument("--text")
+    count.add_argument("--profile", default="heuristic", choices=engine.profile_names())
+    count.set_defaults(run=_count)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args)
+    except TokenBudgetExceeded as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    except InvalidInput as e:
+        for v in e.violations:
+            print(f"error: {v.field}: {v.description}", file=sys.stderr)
+        return 2
+    except ContextShiftError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return code

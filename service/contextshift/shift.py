@@ -1,0 +1,92 @@
+"""`shift_context`: the stages of DESIGN.md §6 / docs/semantics.md §4, orchestrated over the
+Rust core."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from contextshift import engine
+from contextshift.budget import Budget, resolve_budget
+from contextshift.errors import InternalError
+from contextshift.options import ShiftOptions
+from contextshift.strategies import StrategyInput, strategy_named
+
+
+@dataclass(frozen=True, slots=True)
+class BlockDecision:
+    """A block kept or excluded, with its tokens and a stable reason code."""
+
+    id: str
+    tokens: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Truncation:
+    id: str
+    tokens_before: int
+    tokens_after: int
+    how: str
+
+
+@dataclass(frozen=True)
+class ShiftResult:
+    kept: list[BlockDecision]
+    excluded: list[BlockDecision]
+    truncated: list[Truncation]
+    prompt_tokens: int
+    budget: int
+    profile: str
+    approximate: bool
+    warnings: list[str]
+    # The kept blocks as given, in order; a block the char cap cut is a copy with the cut text.
+    messages: list[Mapping[str, Any]]
+
+
+def shift_context(
+    blocks: Sequence[Mapping[str, Any]],
+    *,
+    budget: int | Budget,
+    profile: str = "heuristic",
+    strategy: str = "truncate",
+    options: Mapping[str, Any] | None = None,
+) -> ShiftResult:
+    """Fit `blocks` (oldest first) into `budget` tokens. Raises `InvalidBlocks`,
+    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
+    opts = ShiftOptions.from_mapping(options)
+    resolved = resolve_budget(budget)
+    run_strategy = strategy_named(strategy)
+    approximate = engine.profile_is_approximate(profile)
+
+    # 1-2. Parse and cut over-long blocks.
+    conversation = engine.Conversation(blocks, opts.max_block_chars)
+    counts = conversation.count(profile)
+    # 3. Pinned cap.
+    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * resolved.tokens)
+    # 4-5. Orphans, the strategy, the leading-assistant repair.
+    plan = run_strategy(StrategyInput(conversation, counts, resolved.tokens, unpinned, opts))
+    # 6. Independent recount of what is sent.
+    prompt_tokens = conversation.recount(profile, plan.kept)
+    if prompt_tokens != plan.total or prompt_tokens > resolved.tokens:
+        raise InternalError(
+            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {resolved.tokens}"
+        )
+
+    ids = conversation.ids
+    tokens = counts.tokens
+    reasons = plan.reasons
+    cuts = conversation.cuts(profile)
+    cut_messages = {index: message for index, _, message in cuts}
+    return ShiftResult(
+        kept=[BlockDecision(ids[i], tokens[i], reasons[i]) for i in plan.kept],
+        excluded=[BlockDecision(ids[i], tokens[i], reasons[i]) for i in plan.excluded],
+        truncated=[Truncation(ids[i], before, tokens[i], "CHAR_CAP") for i, before, _ in cuts],
+        prompt_tokens=prompt_tokens,
+        budget=resolved.tokens,
+        profile=profile,
+        approximate=approximate,
+        warnings=resolved.warnings + [f"unpinned {ids[i]} by pinned_cap" for i in unpinned],
+        messages=[cut_messages.get(i, blocks[i]) for i in plan.kept],
+    )
