@@ -1,7 +1,7 @@
-//! Python objects <-> owned JSON values. Converting up front lets the core work on owned data
-//! with the GIL released, and gives dict blocks and JSON text (`blocks_json`) one parser.
+//! Python objects as a [`Node`] document, so the core parser reads dict blocks in place, and
+//! JSON values back into Python objects (messages the char cap rewrote).
 
-use contextshift_core::Violation;
+use contextshift_core::{Node, Shape};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
@@ -9,127 +9,127 @@ use serde_json::{Map, Number, Value};
 /// Deeper nesting than this is refused rather than risking the stack.
 const MAX_DEPTH: usize = 128;
 
-fn sequence_items<'py>(obj: &Bound<'py, PyAny>, name: &str) -> Result<Vec<Bound<'py, PyAny>>, Vec<Violation>> {
-    if let Ok(list) = obj.cast::<PyList>() {
-        Ok(list.iter().collect())
-    } else if let Ok(tuple) = obj.cast::<PyTuple>() {
-        Ok(tuple.iter().collect())
-    } else {
-        let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        Err(vec![Violation {
-            index: 0,
-            field: name.to_owned(),
-            description: format!("must be a list, got {type_name}"),
-        }])
-    }
+pub struct PyNode<'py>(pub Bound<'py, PyAny>);
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
 }
 
-/// A list of block dicts as JSON values; every block that cannot be represented is a violation.
-pub fn blocks_to_values(obj: &Bound<'_, PyAny>, name: &str) -> Result<Vec<Value>, Vec<Violation>> {
-    let mut values = Vec::new();
-    let mut violations = Vec::new();
-    for (index, item) in sequence_items(obj, name)?.iter().enumerate() {
-        let mut path = format!("{name}[{index}]");
-        match to_value(item, &mut path, 0) {
-            Ok(value) => values.push(value),
-            Err(description) => violations.push(Violation { index, field: path, description }),
-        }
-    }
-    if violations.is_empty() {
-        Ok(values)
-    } else {
-        Err(violations)
-    }
-}
-
-pub enum Item {
-    Text(String),
-    Block(Value),
-}
-
-/// `count_tokens` input: each item a str or a block dict.
-pub fn items_to_values(obj: &Bound<'_, PyAny>) -> Result<Vec<Item>, Vec<Violation>> {
-    let mut items = Vec::new();
-    let mut violations = Vec::new();
-    for (index, item) in sequence_items(obj, "items")?.iter().enumerate() {
-        let mut path = format!("items[{index}]");
-        if let Ok(text) = item.cast::<PyString>() {
-            match text.to_str() {
-                Ok(s) => items.push(Item::Text(s.to_owned())),
-                Err(_) => violations.push(Violation { index, field: path, description: "not valid Unicode".into() }),
-            }
-        } else if item.is_instance_of::<PyDict>() {
-            match to_value(item, &mut path, 0) {
-                Ok(value) => items.push(Item::Block(value)),
-                Err(description) => violations.push(Violation { index, field: path, description }),
-            }
+impl Node for PyNode<'_> {
+    fn shape(&self) -> Shape<'_> {
+        let obj = &self.0;
+        if obj.is_none() {
+            Shape::Null
+        } else if let Ok(s) = obj.cast::<PyString>() {
+            s.to_str().map(Shape::Str).unwrap_or_else(|_| Shape::Other("str with lone surrogates".to_owned()))
+        } else if let Ok(b) = obj.cast::<PyBool>() {
+            Shape::Bool(b.is_true())
+        } else if obj.is_instance_of::<PyInt>() {
+            obj.extract::<i64>().map(Shape::Int).unwrap_or_else(|_| Shape::Other("integer beyond 64 bits".to_owned()))
+        } else if let Ok(f) = obj.cast::<PyFloat>() {
+            Shape::Float(f.value())
+        } else if obj.is_instance_of::<PyDict>() {
+            Shape::Object
+        } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
+            Shape::List
         } else {
-            let type_name = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-            violations.push(Violation {
-                index,
-                field: path,
-                description: format!("must be a str or a block dict, got {type_name}"),
-            });
+            Shape::Other(type_name(obj))
         }
     }
-    if violations.is_empty() {
-        Ok(items)
-    } else {
-        Err(violations)
+
+    fn is_null(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn for_each_entry(&self, f: &mut dyn FnMut(&str, Self)) {
+        if let Ok(dict) = self.0.cast::<PyDict>() {
+            for (key, value) in dict.iter() {
+                // Keys that are not str cannot name a field the parser knows.
+                if let Ok(Ok(key)) = key.cast::<PyString>().map(|k| k.to_str()) {
+                    f(key, PyNode(value));
+                }
+            }
+        }
+    }
+
+    fn items(&self) -> Vec<Self> {
+        if let Ok(list) = self.0.cast::<PyList>() {
+            list.iter().map(PyNode).collect()
+        } else if let Ok(tuple) = self.0.cast::<PyTuple>() {
+            tuple.iter().map(PyNode).collect()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn to_json(&self) -> Result<Value, String> {
+        let mut path = String::new();
+        to_value(self, &mut path, 0).map_err(|description| {
+            if path.is_empty() {
+                description
+            } else {
+                format!("at {path}: {description}")
+            }
+        })
     }
 }
 
-/// Converts one Python value. On error `path` names the offending field.
-fn to_value(obj: &Bound<'_, PyAny>, path: &mut String, depth: usize) -> Result<Value, String> {
+/// The items of a list or tuple argument, or a description of what it is instead.
+pub fn sequence<'py>(obj: &Bound<'py, PyAny>) -> Result<Vec<PyNode<'py>>, String> {
+    let node = PyNode(obj.clone());
+    match node.shape() {
+        Shape::List => Ok(node.items()),
+        _ => Err(format!("must be a list, got {}", type_name(obj))),
+    }
+}
+
+fn to_value(node: &PyNode<'_>, path: &mut String, depth: usize) -> Result<Value, String> {
     if depth > MAX_DEPTH {
         return Err(format!("nested deeper than {MAX_DEPTH} levels"));
     }
-    if obj.is_none() {
-        Ok(Value::Null)
-    } else if let Ok(s) = obj.cast::<PyString>() {
-        s.to_str().map(|s| Value::String(s.to_owned())).map_err(|_| "not valid Unicode (lone surrogate)".to_owned())
-    } else if let Ok(b) = obj.cast::<PyBool>() {
-        Ok(Value::Bool(b.is_true()))
-    } else if obj.is_instance_of::<PyInt>() {
-        if let Ok(i) = obj.extract::<i64>() {
-            Ok(Value::Number(i.into()))
-        } else if let Ok(u) = obj.extract::<u64>() {
-            Ok(Value::Number(u.into()))
-        } else {
-            Err("integer out of the 64-bit range".to_owned())
+    Ok(match node.shape() {
+        Shape::Null => Value::Null,
+        Shape::Bool(b) => Value::Bool(b),
+        Shape::Int(i) => Value::Number(i.into()),
+        Shape::Float(f) => Value::Number(Number::from_f64(f).ok_or_else(|| format!("must be finite, got {f}"))?),
+        Shape::Str(s) => Value::String(s.to_owned()),
+        Shape::List => {
+            let mut list = Vec::new();
+            for (j, item) in node.items().iter().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{j}]"));
+                list.push(to_value(item, path, depth + 1)?);
+                path.truncate(len);
+            }
+            Value::Array(list)
         }
-    } else if let Ok(f) = obj.cast::<PyFloat>() {
-        Number::from_f64(f.value()).map(Value::Number).ok_or_else(|| format!("must be finite, got {}", f.value()))
-    } else if let Ok(dict) = obj.cast::<PyDict>() {
-        let mut map = Map::with_capacity(dict.len());
-        for (key, value) in dict.iter() {
-            let Ok(key) = key.cast::<PyString>() else {
-                return Err(format!("has a non-string key {}", key.repr().map(|r| r.to_string()).unwrap_or_default()));
-            };
-            let key = key.to_str().map_err(|_| "has a key that is not valid Unicode".to_owned())?;
-            let len = path.len();
-            path.push('.');
-            path.push_str(key);
-            let value = to_value(&value, path, depth + 1)?;
-            path.truncate(len);
-            map.insert(key.to_owned(), value);
+        Shape::Object => {
+            let mut map = Map::new();
+            let mut failure = None;
+            node.for_each_entry(&mut |key, value| {
+                if failure.is_some() {
+                    return;
+                }
+                let len = path.len();
+                path.push('.');
+                path.push_str(key);
+                match to_value(&value, path, depth + 1) {
+                    Ok(value) => {
+                        path.truncate(len);
+                        map.insert(key.to_owned(), value);
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            });
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            Value::Object(map)
         }
-        Ok(Value::Object(map))
-    } else if obj.is_instance_of::<PyList>() || obj.is_instance_of::<PyTuple>() {
-        let items: Vec<Bound<'_, PyAny>> =
-            obj.try_iter().map_err(|e| e.to_string())?.collect::<PyResult<_>>().map_err(|e| e.to_string())?;
-        let mut list = Vec::with_capacity(items.len());
-        for (j, item) in items.iter().enumerate() {
-            let len = path.len();
-            path.push_str(&format!("[{j}]"));
-            list.push(to_value(item, path, depth + 1)?);
-            path.truncate(len);
+        Shape::Other(name) => {
+            return Err(format!("unsupported type {name} (use str, int, float, bool, None, list or dict)"))
         }
-        Ok(Value::Array(list))
-    } else {
-        let type_name = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-        Err(format!("unsupported type {type_name} (use str, int, float, bool, None, list or dict)"))
-    }
+    })
 }
 
 pub fn value_to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {

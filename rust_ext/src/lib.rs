@@ -10,7 +10,7 @@ mod convert;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::{
     block_tokens, count_blocks, parse_block, parse_conversation, plan_removal, profile_by_name, protection, Block,
-    CharCut, Groups, PlanInput, Profile, Reason, Violation, PROFILES,
+    CharCut, Groups, Node, PlanInput, Profile, Reason, Shape, Violation, PROFILES,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -32,6 +32,11 @@ fn guarded<T>(f: impl FnOnce() -> PyResult<T>) -> PyResult<T> {
             .unwrap_or_else(|| "unknown panic".to_owned());
         Err(InternalError::new_err(format!("contextshift core panicked: {message}")))
     })
+}
+
+/// The list argument `name` is not a list at all.
+fn not_a_list(name: &str, description: String) -> PyErr {
+    InvalidBlocks::new_err((vec![(name.to_owned(), description)],))
 }
 
 fn invalid_blocks(violations: Vec<Violation>) -> PyErr {
@@ -96,12 +101,63 @@ impl Counts {
     }
 }
 
-/// The outcome of the removal plan.
+/// A block kept or excluded, with its tokens and a stable reason code.
+#[pyclass(frozen, eq, module = "contextshift")]
+struct BlockDecision {
+    id: Py<PyString>,
+    tokens: u64,
+    reason: Py<PyString>,
+}
+
+impl PartialEq for BlockDecision {
+    fn eq(&self, other: &Self) -> bool {
+        Python::attach(|py| {
+            self.tokens == other.tokens
+                && self.id.bind(py).to_str().ok() == other.id.bind(py).to_str().ok()
+                && self.reason.bind(py).to_str().ok() == other.reason.bind(py).to_str().ok()
+        })
+    }
+}
+
+#[pymethods]
+impl BlockDecision {
+    #[new]
+    fn new(id: Bound<'_, PyString>, tokens: u64, reason: Bound<'_, PyString>) -> Self {
+        BlockDecision { id: id.unbind(), tokens, reason: reason.unbind() }
+    }
+
+    #[getter]
+    fn id(&self, py: Python<'_>) -> Py<PyString> {
+        self.id.clone_ref(py)
+    }
+
+    #[getter]
+    fn tokens(&self) -> u64 {
+        self.tokens
+    }
+
+    #[getter]
+    fn reason(&self, py: Python<'_>) -> Py<PyString> {
+        self.reason.clone_ref(py)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "BlockDecision(id={}, tokens={}, reason={})",
+            self.id.bind(py).repr()?,
+            self.tokens,
+            self.reason.bind(py).repr()?
+        ))
+    }
+}
+
+/// The outcome of the removal plan: indices and decisions, each in block order.
 #[pyclass(frozen, module = "contextshift._core", get_all)]
 struct Plan {
     kept: Vec<usize>,
     excluded: Vec<usize>,
-    reasons: Py<PyList>,
+    kept_decisions: Py<PyList>,
+    excluded_decisions: Py<PyList>,
     total: u64,
 }
 
@@ -110,14 +166,11 @@ impl Conversation {
     #[new]
     fn new(py: Python<'_>, blocks: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
         guarded(|| {
-            let values = convert::blocks_to_values(blocks, "blocks").map_err(invalid_blocks)?;
-            py.detach(|| {
-                parse_conversation(&values, max_block_chars, "blocks").map(|conv| {
-                    let groups = Groups::build(&conv.blocks);
-                    Conversation { blocks: conv.blocks, cuts: conv.cuts, groups }
-                })
-            })
-            .map_err(invalid_blocks)
+            let nodes = convert::sequence(blocks).map_err(|e| not_a_list("blocks", e))?;
+            // Reading Python objects needs the GIL; grouping does not.
+            let conv = parse_conversation(&nodes, max_block_chars, "blocks").map_err(invalid_blocks)?;
+            let groups = py.detach(|| Groups::build(&conv.blocks));
+            Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups })
         })
     }
 
@@ -125,10 +178,12 @@ impl Conversation {
         self.blocks.len()
     }
 
-    /// Block ids in order (given, or `#<index>`).
-    #[getter]
-    fn ids(&self) -> Vec<String> {
-        self.blocks.iter().map(|b| b.id.clone()).collect()
+    /// The id of block `index` (given, or `#<index>`).
+    fn block_id(&self, index: usize) -> PyResult<&str> {
+        self.blocks
+            .get(index)
+            .map(|b| b.id.as_str())
+            .ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))
     }
 
     fn count(&self, py: Python<'_>, profile: &str) -> PyResult<Counts> {
@@ -178,8 +233,21 @@ impl Conversation {
             });
             let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
             let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
-            let reasons = PyList::new(py, plan.reasons.iter().map(|r| reason_str(py, *r)))?.unbind();
-            Ok(Plan { kept, excluded, reasons, total: plan.total })
+            let decisions = |indices: &[usize]| -> PyResult<Py<PyList>> {
+                let items = indices.iter().map(|&i| BlockDecision {
+                    id: PyString::new(py, &self.blocks[i].id).unbind(),
+                    tokens: counts.tokens[i],
+                    reason: reason_str(py, plan.reasons[i]).clone().unbind(),
+                });
+                Ok(PyList::new(py, items.map(|d| Py::new(py, d)).collect::<PyResult<Vec<_>>>()?)?.unbind())
+            };
+            Ok(Plan {
+                kept_decisions: decisions(&kept)?,
+                excluded_decisions: decisions(&excluded)?,
+                kept,
+                excluded,
+                total: plan.total,
+            })
         })
     }
 
@@ -212,33 +280,37 @@ impl Conversation {
 
 /// Token counts of texts (text tokens) and blocks (block tokens) under one profile.
 #[pyfunction]
-fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
+fn count_items(items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
     guarded(|| {
         let profile = profile_named(profile)?;
-        let items = convert::items_to_values(items).map_err(invalid_blocks)?;
-        py.detach(|| {
-            let mut violations = Vec::new();
-            let counts = items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| match item {
-                    convert::Item::Text(text) => profile.text_tokens(text),
-                    convert::Item::Block(value) => match parse_block(value, i, "items") {
-                        Ok(block) => block_tokens(profile, &block),
-                        Err(v) => {
-                            violations.extend(v);
-                            0
-                        }
-                    },
-                })
-                .collect();
-            if violations.is_empty() {
-                Ok(counts)
-            } else {
-                Err(violations)
-            }
-        })
-        .map_err(invalid_blocks)
+        let items = convert::sequence(items).map_err(|e| not_a_list("items", e))?;
+        let mut violations = Vec::new();
+        let mut counts = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            counts.push(match item.shape() {
+                Shape::Str(text) => profile.text_tokens(text),
+                Shape::Object => match parse_block(item, i, "items") {
+                    Ok(block) => block_tokens(profile, &block),
+                    Err(v) => {
+                        violations.extend(v);
+                        0
+                    }
+                },
+                other => {
+                    violations.push(Violation {
+                        index: i,
+                        field: format!("items[{i}]"),
+                        description: format!("must be a str or a block dict, got {}", other.type_name()),
+                    });
+                    0
+                }
+            });
+        }
+        if violations.is_empty() {
+            Ok(counts)
+        } else {
+            Err(invalid_blocks(violations))
+        }
     })
 }
 
@@ -259,8 +331,13 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Conversation>()?;
     m.add_class::<Counts>()?;
     m.add_class::<Plan>()?;
+    m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }
+
+// Blocks are many small strings and vectors; mimalloc serves them markedly faster than glibc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -48,14 +48,8 @@ def resolve_budget(budget: int | Budget) -> ResolvedBudget:
         raw = budget.context_limit - budget.response_reserve - budget.system_reserve
         floor = min(FLOOR_CAP, budget.context_limit // 2)
         if raw < floor:
-            return ResolvedBudget(
-                floor,
-                [
-                    f"budget {raw} (context_limit {budget.context_limit} - response_reserve "
-                    f"{budget.response_reserve} - system_reserve {budget.system_reserve}) "
-                    f"raised to the floor of {floor}"
-                ],
-            )
+            warning = f"budget floor applied: {raw} < min(4000, context_limit // 2) = {floor}; using {floor}"
+            return ResolvedBudget(floor, [warning])
         return ResolvedBudget(raw, [])
     violations = _int_field(budget, "budget", 0)
     if violations:

@@ -3,10 +3,12 @@ the boundary (and its typed stub, `_core.pyi`) stays in one place."""
 
 from __future__ import annotations
 
-from contextshift._core import Conversation, Counts, Plan, count_items, profiles
+from contextshift._core import BlockDecision, Conversation, Counts, Plan, count_items, profiles
 from contextshift.errors import InvalidOptions
 
-__all__ = ["Conversation", "Counts", "Plan", "count_items", "profile_is_approximate", "profile_names"]
+__all__ = [
+    "BlockDecision",
+    "Conversation", "Counts", "Plan", "count_items", "profile_is_approximate", "profile_names"]
 
 
 def profile_names() -> list[str]:

@@ -9,18 +9,10 @@ from typing import Any
 
 from contextshift import engine
 from contextshift.budget import Budget, resolve_budget
+from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError
 from contextshift.options import ShiftOptions
 from contextshift.strategies import StrategyInput, strategy_named
-
-
-@dataclass(frozen=True, slots=True)
-class BlockDecision:
-    """A block kept or excluded, with its tokens and a stable reason code."""
-
-    id: str
-    tokens: int
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +66,16 @@ def shift_context(
             f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {resolved.tokens}"
         )
 
-    ids = conversation.ids
-    tokens = counts.tokens
-    reasons = plan.reasons
     cuts = conversation.cuts(profile)
-    cut_messages = {index: message for index, _, message in cuts}
+    cut_messages = {index: message for index, *_, message in cuts}
     return ShiftResult(
-        kept=[BlockDecision(ids[i], tokens[i], reasons[i]) for i in plan.kept],
-        excluded=[BlockDecision(ids[i], tokens[i], reasons[i]) for i in plan.excluded],
-        truncated=[Truncation(ids[i], before, tokens[i], "CHAR_CAP") for i, before, _ in cuts],
+        kept=plan.kept_decisions,
+        excluded=plan.excluded_decisions,
+        truncated=[Truncation(block_id, before, after, "CHAR_CAP") for _, block_id, before, after, _ in cuts],
         prompt_tokens=prompt_tokens,
         budget=resolved.tokens,
         profile=profile,
         approximate=approximate,
-        warnings=resolved.warnings + [f"unpinned {ids[i]} by pinned_cap" for i in unpinned],
+        warnings=resolved.warnings + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
         messages=[cut_messages.get(i, blocks[i]) for i in plan.kept],
     )

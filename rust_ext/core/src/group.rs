@@ -104,11 +104,11 @@ fn union(parent: &mut [usize], a: usize, b: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parse::parse_conversation;
+    use crate::parse::parse_values;
     use serde_json::json;
 
     fn groups(values: serde_json::Value) -> Groups {
-        Groups::build(&parse_conversation(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks)
+        Groups::build(&parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks)
     }
 
     #[test]

@@ -15,6 +15,6 @@ pub mod profile;
 pub use block::{Block, Image, Kind, Role, ToolCall};
 pub use count::{block_tokens, count_blocks};
 pub use group::Groups;
-pub use parse::{parse_block, parse_conversation, CharCut, Conversation, Violation};
+pub use parse::{parse_block, parse_conversation, parse_values, CharCut, Conversation, Node, Shape, Violation};
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
 pub use profile::{profile_by_name, Profile, PROFILES};

@@ -1,11 +1,144 @@
-//! Reading blocks from JSON values in every shape of docs/semantics.md §1, collecting every
-//! violation with its field path (`blocks[3].content[1].type`), and the per-block char cap.
+//! Reading blocks in every shape of docs/semantics.md §1, collecting every violation with its
+//! field path (`blocks[3].content[1].type`), and the per-block char cap.
+//!
+//! The reader is generic over [`Node`], a read-only view of a JSON-like document: the core
+//! implements it for `serde_json::Value` (JSON text from any client) and the Python bindings
+//! for Python objects, so dict blocks are read in place with no intermediate copy and both
+//! routes share one parser.
 
 use crate::block::{Block, Image, Kind, Role, ToolCall};
 use crate::json_text::to_json_text;
-use rayon::prelude::*;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
+use std::fmt::Write;
+
+/// One node of a JSON-like document, as the parser sees it.
+pub enum Shape<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    /// A non-integer number; may be NaN or infinite when it comes from Python.
+    Float(f64),
+    Str(&'a str),
+    List,
+    Object,
+    /// Anything else (a Python set, a huge int, ...), by type name.
+    Other(String),
+}
+
+impl Shape<'_> {
+    pub fn type_name(&self) -> &str {
+        match self {
+            Shape::Null => "null",
+            Shape::Bool(_) => "boolean",
+            Shape::Int(_) | Shape::Float(_) => "number",
+            Shape::Str(_) => "string",
+            Shape::List => "list",
+            Shape::Object => "object",
+            Shape::Other(name) => name,
+        }
+    }
+}
+
+/// A read-only view of a JSON-like document.
+pub trait Node: Sized {
+    fn shape(&self) -> Shape<'_>;
+    fn is_null(&self) -> bool {
+        matches!(self.shape(), Shape::Null)
+    }
+    /// Calls `f` with each entry of an object, in order (nothing for other shapes).
+    fn for_each_entry(&self, f: &mut dyn FnMut(&str, Self));
+    /// The items of a list (empty for other shapes).
+    fn items(&self) -> Vec<Self>;
+    /// The node as an owned JSON value; an error describes what cannot be represented.
+    fn to_json(&self) -> Result<Value, String>;
+}
+
+impl Node for &Value {
+    fn shape(&self) -> Shape<'_> {
+        match self {
+            Value::Null => Shape::Null,
+            Value::Bool(b) => Shape::Bool(*b),
+            Value::Number(n) => {
+                n.as_i64().map(Shape::Int).unwrap_or_else(|| Shape::Float(n.as_f64().unwrap_or(f64::NAN)))
+            }
+            Value::String(s) => Shape::Str(s),
+            Value::Array(_) => Shape::List,
+            Value::Object(_) => Shape::Object,
+        }
+    }
+
+    fn for_each_entry(&self, f: &mut dyn FnMut(&str, Self)) {
+        if let Value::Object(map) = self {
+            for (key, value) in map {
+                f(key, value);
+            }
+        }
+    }
+
+    fn items(&self) -> Vec<Self> {
+        match self {
+            Value::Array(items) => items.iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn to_json(&self) -> Result<Value, String> {
+        Ok((*self).clone())
+    }
+}
+
+/// Where a node sits, built on the stack as the reader descends and formatted only when needed
+/// (a violation, or a char-cap rewrite).
+#[derive(Clone, Copy)]
+enum Path<'p> {
+    Block(&'p str, usize),
+    Key(&'p Path<'p>, &'p str),
+    Index(&'p Path<'p>, usize),
+}
+
+impl<'p> Path<'p> {
+    fn key(&'p self, key: &'p str) -> Path<'p> {
+        Path::Key(self, key)
+    }
+
+    fn index(&'p self, index: usize) -> Path<'p> {
+        Path::Index(self, index)
+    }
+
+    /// `blocks[3].content[1].text`
+    fn field(&self) -> String {
+        let mut out = String::new();
+        self.write_field(&mut out);
+        out
+    }
+
+    fn write_field(&self, out: &mut String) {
+        match self {
+            Path::Block(list, index) => {
+                let _ = write!(out, "{list}[{index}]");
+            }
+            Path::Key(parent, key) => {
+                parent.write_field(out);
+                out.push('.');
+                out.push_str(key);
+            }
+            Path::Index(parent, index) => {
+                parent.write_field(out);
+                let _ = write!(out, "[{index}]");
+            }
+        }
+    }
+
+    /// JSON pointer inside the block: `/content/1/text`.
+    fn pointer(&self) -> String {
+        match self {
+            Path::Block(..) => String::new(),
+            Path::Key(parent, key) => format!("{}/{}", parent.pointer(), key.replace('~', "~0").replace('/', "~1")),
+            Path::Index(parent, index) => format!("{}/{index}", parent.pointer()),
+        }
+    }
+}
 
 /// One thing wrong with the input, named by its field path.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,57 +168,43 @@ pub const TRUNCATED_SUFFIX: &str = "[Truncated]";
 /// Keys that name the call a tool result answers, all equal.
 const RESULT_ID_KEYS: [&str; 5] = ["toolCallId", "tool_call_id", "callId", "call_id", "tool_use_id"];
 
-/// Blocks this many or more are parsed across threads.
-const PARALLEL_MIN_BLOCKS: usize = 512;
-
 /// Parses a whole request. Ids must be unique; blocks over `max_block_chars` are cut.
 /// `list_name` names the list in field paths (`blocks`).
-pub fn parse_conversation(
-    values: &[Value],
+pub fn parse_conversation<N: Node>(
+    nodes: &[N],
     max_block_chars: usize,
     list_name: &str,
 ) -> Result<Conversation, Vec<Violation>> {
-    let parse_one = |(index, value): (usize, &Value)| -> Result<(Block, Option<CharCut>), Vec<Violation>> {
-        let block = parse_block(value, index, list_name)?;
-        if block.char_count() <= max_block_chars {
-            return Ok((block, None));
-        }
-        let (mut cut_block, pointers) = read_block(value, index, list_name, true).map_err(|v| v.0)?;
-        let original = cut_block.clone();
-        cut_pieces(&mut cut_block.pieces, max_block_chars);
-        let mut message = value.clone();
-        for ((pointer, new), old) in pointers.iter().zip(&cut_block.pieces).zip(&original.pieces) {
-            if new != old {
-                if let Some(slot) = message.pointer_mut(pointer) {
-                    *slot = Value::String(new.clone());
-                }
-            }
-        }
-        Ok((cut_block, Some(CharCut { index, original, message })))
-    };
-    let results: Vec<_> = if values.len() >= PARALLEL_MIN_BLOCKS {
-        values.par_iter().enumerate().map(parse_one).collect()
-    } else {
-        values.iter().enumerate().map(parse_one).collect()
-    };
-
-    let mut blocks = Vec::with_capacity(values.len());
+    let mut blocks = Vec::with_capacity(nodes.len());
     let mut cuts = Vec::new();
     let mut violations = Vec::new();
     // Ids are checked among the blocks that parsed, so one request reports every problem.
-    let mut seen: HashMap<String, usize> = HashMap::with_capacity(values.len());
-    for (index, result) in results.into_iter().enumerate() {
-        match result {
-            Ok((block, cut)) => {
-                if let Some(first) = seen.insert(block.id.clone(), index) {
-                    violations.push(Violation {
-                        index,
-                        field: format!("{list_name}[{index}].id"),
-                        description: format!("duplicate id {:?} (also block {first})", block.id),
-                    });
-                }
-                blocks.push(block);
-                cuts.extend(cut);
+    let mut first_index: HashMap<String, usize> = HashMap::with_capacity(nodes.len());
+    for (index, node) in nodes.iter().enumerate() {
+        let block = match parse_block(node, index, list_name) {
+            Ok(block) => block,
+            Err(v) => {
+                violations.extend(v);
+                continue;
+            }
+        };
+        if let Some(first) = first_index.insert(block.id.clone(), index) {
+            violations.push(Violation {
+                index,
+                field: format!("{list_name}[{index}].id"),
+                description: format!("duplicate id {:?} (also block {first})", block.id),
+            });
+        }
+        // Bytes bound code points from above, so most blocks skip the code point count.
+        let bytes: usize = block.pieces.iter().map(String::len).sum();
+        if bytes <= max_block_chars || block.char_count() <= max_block_chars {
+            blocks.push(block);
+            continue;
+        }
+        match cut_block(node, index, list_name, max_block_chars) {
+            Ok((cut_block, cut)) => {
+                blocks.push(cut_block);
+                cuts.push(cut);
             }
             Err(v) => violations.extend(v),
         }
@@ -93,14 +212,42 @@ pub fn parse_conversation(
     if violations.is_empty() {
         Ok(Conversation { blocks, cuts })
     } else {
-        violations.sort_by_key(|v| v.index);
         Err(violations)
     }
 }
 
+/// [`parse_conversation`] over JSON values (a parsed `blocks_json` array, tests).
+pub fn parse_values(values: &[Value], max_block_chars: usize, list_name: &str) -> Result<Conversation, Vec<Violation>> {
+    parse_conversation(&values.iter().collect::<Vec<_>>(), max_block_chars, list_name)
+}
+
 /// Parses one block on its own (no id uniqueness, no char cap).
-pub fn parse_block(value: &Value, index: usize, list_name: &str) -> Result<Block, Vec<Violation>> {
-    read_block(value, index, list_name, false).map(|(block, _)| block).map_err(|v| v.0)
+pub fn parse_block<N: Node>(node: &N, index: usize, list_name: &str) -> Result<Block, Vec<Violation>> {
+    read_block(node, index, list_name, false).map(|(block, _)| block)
+}
+
+/// Reads the block again recording where each text piece lives, cuts its text, and rewrites
+/// those places in a copy of its message.
+fn cut_block<N: Node>(
+    node: &N,
+    index: usize,
+    list_name: &str,
+    max_block_chars: usize,
+) -> Result<(Block, CharCut), Vec<Violation>> {
+    let (mut block, pointers) = read_block(node, index, list_name, true)?;
+    let mut message = node
+        .to_json()
+        .map_err(|description| vec![Violation { index, field: format!("{list_name}[{index}]"), description }])?;
+    let original = block.clone();
+    cut_pieces(&mut block.pieces, max_block_chars);
+    for ((pointer, new), old) in pointers.iter().zip(&block.pieces).zip(&original.pieces) {
+        if new != old {
+            if let Some(slot) = message.pointer_mut(pointer) {
+                *slot = Value::String(new.clone());
+            }
+        }
+    }
+    Ok((block, CharCut { index, original, message }))
 }
 
 /// Keeps `max_chars - 11` code points of text, then the suffix; later pieces become empty.
@@ -121,25 +268,43 @@ fn cut_pieces(pieces: &mut [String], max_chars: usize) {
     }
 }
 
-struct Violations(Vec<Violation>);
-
-type Read = Result<(Block, Vec<String>), Violations>;
-
-fn read_block(value: &Value, index: usize, list_name: &str, record_pointers: bool) -> Read {
-    let at = format!("{list_name}[{index}]");
-    let Some(obj) = value.as_object() else {
-        return Err(Violations(vec![Violation {
-            index,
-            field: at,
-            description: format!("must be an object, got {}", type_name(value)),
-        }]));
+/// Binds each named entry of object `obj` to a local `Option` in one pass over its entries
+/// (a `match` on the key, not a scan of a key list); null counts as missing.
+macro_rules! read_fields {
+    ($obj:expr, { $($name:ident: $key:literal),* $(,)? }) => {
+        $(let mut $name = None;)*
+        $obj.for_each_entry(&mut |key, value| {
+            if !value.is_null() {
+                match key {
+                    $($key => $name = Some(value),)*
+                    _ => {}
+                }
+            }
+        });
     };
+}
+
+fn read_block<N: Node>(
+    node: &N,
+    index: usize,
+    list_name: &str,
+    record_pointers: bool,
+) -> Result<(Block, Vec<String>), Vec<Violation>> {
+    let at = Path::Block(list_name, index);
+    let shape = node.shape();
+    if !matches!(shape, Shape::Object) {
+        return Err(vec![Violation {
+            index,
+            field: at.field(),
+            description: format!("must be an object, got {}", shape.type_name()),
+        }]);
+    }
     let mut r = Reader { index, violations: Vec::new(), pointers: record_pointers.then(Vec::new) };
-    let block = r.block(obj, &at);
+    let block = r.block(node, &at);
     if r.violations.is_empty() {
         Ok((block, r.pointers.unwrap_or_default()))
     } else {
-        Err(Violations(r.violations))
+        Err(r.violations)
     }
 }
 
@@ -150,7 +315,7 @@ struct Reader {
     pointers: Option<Vec<String>>,
 }
 
-/// The output of reading a list of parts.
+/// What reading content-like fields yields.
 #[derive(Default)]
 struct Parts {
     pieces: Vec<String>,
@@ -160,47 +325,55 @@ struct Parts {
 }
 
 impl Reader {
-    fn violation(&mut self, field: String, description: impl Into<String>) {
-        self.violations.push(Violation { index: self.index, field, description: description.into() });
+    fn violation(&mut self, at: &Path, description: impl Into<String>) {
+        self.violations.push(Violation { index: self.index, field: at.field(), description: description.into() });
     }
 
-    fn block(&mut self, obj: &Map<String, Value>, at: &str) -> Block {
-        let id = match self.string(obj, "id", at) {
+    fn wrong_type<N: Node>(&mut self, at: &Path, expected: &str, node: &N) {
+        self.violation(at, format!("must be {expected}, got {}", node.shape().type_name()));
+    }
+
+    fn block<N: Node>(&mut self, obj: &N, at: &Path) -> Block {
+        read_fields!(obj, {
+            id: "id", item_type: "type", role: "role", kind: "kind", content: "content", summary: "summary",
+            output: "output", tool_calls: "tool_calls", pinned: "pinned", mandatory: "mandatory",
+            injected: "injected", relevance: "relevance", meta: "meta", name: "name", arguments: "arguments",
+            r0: "toolCallId", r1: "tool_call_id", r2: "callId", r3: "call_id", r4: "tool_use_id",
+        });
+        let id = match self.string(id.as_ref(), &at.key("id")) {
             Some("") => {
-                self.violation(format!("{at}.id"), "must not be empty");
+                self.violation(&at.key("id"), "must not be empty");
                 String::new()
             }
             Some(id) => id.to_owned(),
             None => format!("#{}", self.index),
         };
-        let item_type = self.string(obj, "type", at);
+        let item_type = self.string(item_type.as_ref(), &at.key("type"));
         let implied_role = match item_type {
             Some("function_call") | Some("reasoning") => Some(Role::Assistant),
             Some("function_call_output") => Some(Role::Tool),
             _ => None,
         };
-        let role = match self.string(obj, "role", at) {
+        let role = match self.string(role.as_ref(), &at.key("role")) {
             Some(name) => Role::parse(name).unwrap_or_else(|| {
                 self.violation(
-                    format!("{at}.role"),
+                    &at.key("role"),
                     format!("unknown role {name:?} (expected system, developer, user, assistant or tool)"),
                 );
                 Role::User
             }),
             None => implied_role.unwrap_or_else(|| {
                 match item_type {
-                    None | Some("message") => self.violation(format!("{at}.role"), "missing"),
-                    Some(other) => {
-                        self.violation(format!("{at}.type"), format!("unknown item type {other:?} and no role"))
-                    }
+                    None | Some("message") => self.violation(&at.key("role"), "missing"),
+                    Some(other) => self.violation(&at.key("type"), format!("unknown item type {other:?} and no role")),
                 }
                 Role::User
             }),
         };
-        let kind = match self.string(obj, "kind", at) {
+        let kind = match self.string(kind.as_ref(), &at.key("kind")) {
             Some(name) => Kind::parse(name).unwrap_or_else(|| {
                 self.violation(
-                    format!("{at}.kind"),
+                    &at.key("kind"),
                     format!(
                         "unknown kind {name:?} (expected system, character, persona, lorebook, memory, summary or message)"
                     ),
@@ -212,47 +385,51 @@ impl Reader {
 
         let mut parts = Parts::default();
         if item_type == Some("reasoning") {
-            self.content(obj, "summary", at, "", &mut parts);
+            self.content(summary.as_ref(), &at.key("summary"), &mut parts);
         }
-        self.content(obj, "content", at, "", &mut parts);
+        self.content(content.as_ref(), &at.key("content"), &mut parts);
         if item_type == Some("function_call_output") {
-            self.content(obj, "output", at, "", &mut parts);
+            self.content(output.as_ref(), &at.key("output"), &mut parts);
         }
-        if item_type == Some("function_call") {
-            if let Some(call_id) = self.required_id(obj, "call_id", at) {
-                let name = self.string(obj, "name", at).unwrap_or("").to_owned();
-                let arguments = self.arguments(obj.get("arguments"));
+        let result_ids = [r0, r1, r2, r3, r4];
+        // `call_id` on a function_call item is the call it issues, not one it answers.
+        let issues_call_id = item_type == Some("function_call");
+        if issues_call_id {
+            if let Some(call_id) = self.required_id(result_ids[3].as_ref(), &at.key("call_id")) {
+                let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
+                let arguments = self.arguments(arguments.as_ref(), &at.key("arguments"));
                 parts.calls.push(ToolCall { id: call_id, name, arguments });
             }
         }
-        self.tool_calls(obj, at, &mut parts.calls);
+        self.tool_calls(tool_calls.as_ref(), &at.key("tool_calls"), &mut parts.calls);
 
-        let pinned = self.flag(obj, "pinned", at);
-        let mandatory = self.flag(obj, "mandatory", at);
-        let injected = self.flag(obj, "injected", at);
-        let relevance = self.relevance(obj, at);
+        let pinned = self.flag(pinned.as_ref(), &at.key("pinned"));
+        let mandatory = self.flag(mandatory.as_ref(), &at.key("mandatory"));
+        let injected = self.flag(injected.as_ref(), &at.key("injected"));
+        let relevance = self.relevance(relevance.as_ref(), &at.key("relevance"));
 
-        // `call_id` on a function_call item is the call it issues, not one it answers.
-        let issues_call_id = item_type == Some("function_call");
-        for key in RESULT_ID_KEYS {
-            if issues_call_id && key == "call_id" {
+        for (key, value) in RESULT_ID_KEYS.iter().zip(&result_ids) {
+            if issues_call_id && *key == "call_id" {
                 continue;
             }
-            if let Some(id) = self.result_id(obj, key, at) {
-                parts.result_ids.push(id);
+            if let Some(value) = value {
+                parts.result_ids.extend(self.required_id(Some(value), &at.key(key)));
             }
         }
-        match obj.get("meta") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(meta)) => {
-                let meta_at = format!("{at}.meta");
-                for key in RESULT_ID_KEYS {
-                    if let Some(id) = self.result_id(meta, key, &meta_at) {
-                        parts.result_ids.push(id);
+        if let Some(meta) = meta {
+            let meta_at = at.key("meta");
+            if matches!(meta.shape(), Shape::Object) {
+                read_fields!(meta, {
+                    m0: "toolCallId", m1: "tool_call_id", m2: "callId", m3: "call_id", m4: "tool_use_id",
+                });
+                for (key, value) in RESULT_ID_KEYS.iter().zip(&[m0, m1, m2, m3, m4]) {
+                    if let Some(value) = value {
+                        parts.result_ids.extend(self.required_id(Some(value), &meta_at.key(key)));
                     }
                 }
+            } else {
+                self.wrong_type(&meta_at, "an object", &meta);
             }
-            Some(other) => self.violation(format!("{at}.meta"), format!("must be an object, got {}", type_name(other))),
         }
 
         Block {
@@ -270,240 +447,232 @@ impl Reader {
         }
     }
 
-    /// An optional string field; a value of another type is a violation.
-    fn string<'v>(&mut self, obj: &'v Map<String, Value>, key: &str, at: &str) -> Option<&'v str> {
-        match obj.get(key) {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(s),
-            Some(other) => {
-                self.violation(format!("{at}.{key}"), format!("must be a string, got {}", type_name(other)));
+    /// An optional string; a value of another type is a violation.
+    fn string<'n, N: Node>(&mut self, node: Option<&'n N>, at: &Path) -> Option<&'n str> {
+        let node = node?;
+        match node.shape() {
+            Shape::Str(s) => Some(s),
+            _ => {
+                self.wrong_type(at, "a string", node);
                 None
             }
         }
     }
 
     /// A required non-empty id string.
-    fn required_id(&mut self, obj: &Map<String, Value>, key: &str, at: &str) -> Option<String> {
-        match obj.get(key) {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
-            Some(Value::String(_)) => {
-                self.violation(format!("{at}.{key}"), "must not be empty");
+    fn required_id<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Option<String> {
+        let Some(node) = node else {
+            self.violation(at, "missing");
+            return None;
+        };
+        match node.shape() {
+            Shape::Str("") => {
+                self.violation(at, "must not be empty");
                 None
             }
-            None | Some(Value::Null) => {
-                self.violation(format!("{at}.{key}"), "missing");
-                None
-            }
-            Some(other) => {
-                self.violation(format!("{at}.{key}"), format!("must be a string, got {}", type_name(other)));
+            Shape::Str(s) => Some(s.to_owned()),
+            _ => {
+                self.wrong_type(at, "a string", node);
                 None
             }
         }
     }
 
-    /// An optional result id: absent is fine, present must be a non-empty string.
-    fn result_id(&mut self, obj: &Map<String, Value>, key: &str, at: &str) -> Option<String> {
-        match obj.get(key) {
-            None | Some(Value::Null) => None,
-            Some(_) => self.required_id(obj, key, at),
-        }
-    }
-
-    fn flag(&mut self, obj: &Map<String, Value>, key: &str, at: &str) -> bool {
-        match obj.get(key) {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
-            Some(other) => {
-                self.violation(format!("{at}.{key}"), format!("must be a boolean, got {}", type_name(other)));
+    fn flag<N: Node>(&mut self, node: Option<&N>, at: &Path) -> bool {
+        let Some(node) = node else { return false };
+        match node.shape() {
+            Shape::Bool(b) => b,
+            _ => {
+                self.wrong_type(at, "a boolean", node);
                 false
             }
         }
     }
 
-    fn relevance(&mut self, obj: &Map<String, Value>, at: &str) -> Option<f64> {
-        match obj.get("relevance") {
-            None | Some(Value::Null) => None,
-            // serde_json numbers are always finite; NaN and infinities are rejected on the way in.
-            Some(Value::Number(n)) => n.as_f64(),
-            Some(other) => {
-                self.violation(format!("{at}.relevance"), format!("must be a number, got {}", type_name(other)));
+    fn relevance<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Option<f64> {
+        let node = node?;
+        match node.shape() {
+            Shape::Int(i) => Some(i as f64),
+            Shape::Float(f) if f.is_finite() => Some(f),
+            Shape::Float(f) => {
+                self.violation(at, format!("must be finite, got {f}"));
                 None
+            }
+            _ => {
+                self.wrong_type(at, "a number", node);
+                None
+            }
+        }
+    }
+
+    /// The JSON text of a value (tool inputs), or a violation naming what cannot be represented.
+    fn json_text<N: Node>(&mut self, node: &N, at: &Path) -> String {
+        match node.to_json() {
+            Ok(value) => to_json_text(&value),
+            Err(description) => {
+                self.violation(at, description);
+                String::new()
             }
         }
     }
 
     /// Arguments of a `tool_calls` entry or a function_call item: a string as is, any other
-    /// JSON value as its JSON text, missing as empty.
-    fn arguments(&mut self, value: Option<&Value>) -> String {
-        match value {
-            None | Some(Value::Null) => String::new(),
-            Some(Value::String(s)) => s.clone(),
-            Some(other) => to_json_text(other),
+    /// value as its JSON text, missing as empty.
+    fn arguments<N: Node>(&mut self, node: Option<&N>, at: &Path) -> String {
+        match node {
+            None => String::new(),
+            Some(node) => match node.shape() {
+                Shape::Str(s) => s.to_owned(),
+                _ => self.json_text(node, at),
+            },
         }
     }
 
-    fn tool_calls(&mut self, obj: &Map<String, Value>, at: &str, calls: &mut Vec<ToolCall>) {
-        let list = match obj.get("tool_calls") {
-            None | Some(Value::Null) => return,
-            Some(Value::Array(list)) => list,
-            Some(other) => {
-                self.violation(format!("{at}.tool_calls"), format!("must be a list, got {}", type_name(other)));
-                return;
-            }
-        };
-        for (j, call) in list.iter().enumerate() {
-            let call_at = format!("{at}.tool_calls[{j}]");
-            let Some(call) = call.as_object() else {
-                self.violation(call_at, format!("must be an object, got {}", type_name(call)));
+    fn tool_calls<N: Node>(&mut self, node: Option<&N>, at: &Path, calls: &mut Vec<ToolCall>) {
+        let Some(node) = node else { return };
+        if !matches!(node.shape(), Shape::List) {
+            return self.wrong_type(at, "a list", node);
+        }
+        for (j, call) in node.items().iter().enumerate() {
+            let call_at = at.index(j);
+            if !matches!(call.shape(), Shape::Object) {
+                self.wrong_type(&call_at, "an object", call);
                 continue;
-            };
-            let id = self.required_id(call, "id", &call_at);
-            let (name, arguments) = match call.get("function") {
-                Some(Value::Object(function)) => {
-                    let function_at = format!("{call_at}.function");
-                    (self.string(function, "name", &function_at), self.arguments(function.get("arguments")))
+            }
+            read_fields!(call, { id: "id", function: "function", name: "name", arguments: "arguments" });
+            let id = self.required_id(id.as_ref(), &call_at.key("id"));
+            let (name, arguments) = match function {
+                Some(function) if matches!(function.shape(), Shape::Object) => {
+                    let function_at = call_at.key("function");
+                    read_fields!(function, { name: "name", arguments: "arguments" });
+                    let name = self.string(name.as_ref(), &function_at.key("name")).unwrap_or("").to_owned();
+                    (name, self.arguments(arguments.as_ref(), &function_at.key("arguments")))
                 }
-                None | Some(Value::Null) => {
-                    (self.string(call, "name", &call_at), self.arguments(call.get("arguments")))
+                Some(function) => {
+                    self.wrong_type(&call_at.key("function"), "an object", &function);
+                    (String::new(), String::new())
                 }
-                Some(other) => {
-                    self.violation(
-                        format!("{call_at}.function"),
-                        format!("must be an object, got {}", type_name(other)),
-                    );
-                    (None, String::new())
+                None => {
+                    let name = self.string(name.as_ref(), &call_at.key("name")).unwrap_or("").to_owned();
+                    (name, self.arguments(arguments.as_ref(), &call_at.key("arguments")))
                 }
             };
             if let Some(id) = id {
-                calls.push(ToolCall { id, name: name.unwrap_or("").to_owned(), arguments });
+                calls.push(ToolCall { id, name, arguments });
             }
         }
     }
 
     /// A content-like field: a string (one text piece) or a list of parts.
-    /// `pointer` is the JSON pointer of `obj`, for the char cap's rewrite.
-    fn content(&mut self, obj: &Map<String, Value>, key: &str, at: &str, pointer: &str, parts: &mut Parts) {
-        match obj.get(key) {
-            None | Some(Value::Null) => {}
-            Some(Value::String(s)) => self.piece(parts, s.clone(), || format!("{pointer}/{key}")),
-            Some(Value::Array(list)) => {
-                for (j, part) in list.iter().enumerate() {
-                    self.part(part, &format!("{at}.{key}[{j}]"), &format!("{pointer}/{key}/{j}"), parts);
+    fn content<N: Node>(&mut self, node: Option<&N>, at: &Path, parts: &mut Parts) {
+        let Some(node) = node else { return };
+        match node.shape() {
+            Shape::Str(s) => self.piece(parts, s.to_owned(), at),
+            Shape::List => {
+                for (j, part) in node.items().iter().enumerate() {
+                    self.part(part, &at.index(j), parts);
                 }
             }
-            Some(other) => self.violation(
-                format!("{at}.{key}"),
-                format!("must be a string or a list of parts, got {}", type_name(other)),
-            ),
+            _ => self.wrong_type(at, "a string or a list of parts", node),
         }
     }
 
-    fn piece(&mut self, parts: &mut Parts, text: String, pointer: impl FnOnce() -> String) {
+    fn piece(&mut self, parts: &mut Parts, text: String, at: &Path) {
         if let Some(pointers) = &mut self.pointers {
-            pointers.push(pointer());
+            pointers.push(at.pointer());
         }
         parts.pieces.push(text);
     }
 
-    fn text_field(&mut self, part: &Map<String, Value>, key: &str, at: &str, pointer: &str, parts: &mut Parts) {
-        match part.get(key) {
-            Some(Value::String(s)) => self.piece(parts, s.clone(), || format!("{pointer}/{key}")),
-            None | Some(Value::Null) => self.violation(format!("{at}.{key}"), "missing"),
-            Some(other) => self.violation(format!("{at}.{key}"), format!("must be a string, got {}", type_name(other))),
+    /// A required text field of a part.
+    fn text<N: Node>(&mut self, node: Option<&N>, at: &Path, parts: &mut Parts) {
+        let Some(node) = node else { return self.violation(at, "missing") };
+        match node.shape() {
+            Shape::Str(s) => self.piece(parts, s.to_owned(), at),
+            _ => self.wrong_type(at, "a string", node),
         }
     }
 
-    fn part(&mut self, part: &Value, at: &str, pointer: &str, parts: &mut Parts) {
-        let Some(obj) = part.as_object() else {
-            self.violation(at.to_owned(), format!("must be an object, got {}", type_name(part)));
-            return;
-        };
-        let part_type = match obj.get("type") {
-            Some(Value::String(t)) => t.as_str(),
-            None | Some(Value::Null) => {
-                self.violation(format!("{at}.type"), "missing");
-                return;
-            }
-            Some(other) => {
-                self.violation(format!("{at}.type"), format!("must be a string, got {}", type_name(other)));
-                return;
-            }
-        };
+    fn part<N: Node>(&mut self, part: &N, at: &Path, parts: &mut Parts) {
+        if !matches!(part.shape(), Shape::Object) {
+            return self.wrong_type(at, "an object", part);
+        }
+        read_fields!(part, {
+            part_type: "type", text: "text", refusal: "refusal", thinking: "thinking", id: "id", name: "name",
+            input: "input", args: "args", tool_call_id: "toolCallId", tool_name: "toolName",
+            tool_use_id: "tool_use_id", content: "content", output: "output", result: "result",
+            detail: "detail", image_url: "image_url", width: "width", height: "height",
+        });
+        let type_at = at.key("type");
+        let Some(part_type) = part_type else { return self.violation(&type_at, "missing") };
+        let Shape::Str(part_type) = part_type.shape() else { return self.wrong_type(&type_at, "a string", &part_type) };
         match part_type {
             "text" | "input_text" | "output_text" | "summary_text" | "reasoning_text" => {
-                self.text_field(obj, "text", at, pointer, parts)
+                self.text(text.as_ref(), &at.key("text"), parts)
             }
-            "refusal" => self.text_field(obj, "refusal", at, pointer, parts),
-            "thinking" => self.text_field(obj, "thinking", at, pointer, parts),
+            "refusal" => self.text(refusal.as_ref(), &at.key("refusal"), parts),
+            "thinking" => self.text(thinking.as_ref(), &at.key("thinking"), parts),
             "redacted_thinking" => {}
             "image_url" | "image" | "input_image" => {
-                let image = self.image(obj, at);
-                parts.images.push(image);
+                let nested_detail = image_url.filter(|u| matches!(u.shape(), Shape::Object)).and_then(|url| {
+                    read_fields!(url, { detail: "detail" });
+                    let url_at = at.key("image_url");
+                    self.string(detail.as_ref(), &url_at.key("detail")).map(str::to_owned)
+                });
+                let detail = self.string(detail.as_ref(), &at.key("detail")).map(str::to_owned).or(nested_detail);
+                let width = self.size(width.as_ref(), &at.key("width"));
+                let height = self.size(height.as_ref(), &at.key("height"));
+                parts.images.push(Image { detail, width, height });
             }
             "tool_use" => {
-                if let Some(id) = self.required_id(obj, "id", at) {
-                    let name = self.string(obj, "name", at).unwrap_or("").to_owned();
-                    let arguments = obj.get("input").map(to_json_text).unwrap_or_default();
+                if let Some(id) = self.required_id(id.as_ref(), &at.key("id")) {
+                    let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
+                    let arguments = input.map(|input| self.json_text(&input, &at.key("input"))).unwrap_or_default();
                     parts.calls.push(ToolCall { id, name, arguments });
                 }
             }
             "tool-call" => {
-                if let Some(id) = self.required_id(obj, "toolCallId", at) {
-                    let name = self.string(obj, "toolName", at).unwrap_or("").to_owned();
-                    let input = obj.get("input").or_else(|| obj.get("args"));
-                    let arguments = input.map(to_json_text).unwrap_or_default();
+                if let Some(id) = self.required_id(tool_call_id.as_ref(), &at.key("toolCallId")) {
+                    let name = self.string(tool_name.as_ref(), &at.key("toolName")).unwrap_or("").to_owned();
+                    let (input, input_at) = match input {
+                        Some(input) => (Some(input), at.key("input")),
+                        None => (args, at.key("args")),
+                    };
+                    let arguments = input.map(|input| self.json_text(&input, &input_at)).unwrap_or_default();
                     parts.calls.push(ToolCall { id, name, arguments });
                 }
             }
             "tool_result" => {
-                if let Some(id) = self.required_id(obj, "tool_use_id", at) {
-                    parts.result_ids.push(id);
-                }
-                self.content(obj, "content", at, pointer, parts);
+                parts.result_ids.extend(self.required_id(tool_use_id.as_ref(), &at.key("tool_use_id")));
+                self.content(content.as_ref(), &at.key("content"), parts);
             }
             "tool-result" => {
-                if let Some(id) = self.required_id(obj, "toolCallId", at) {
-                    parts.result_ids.push(id);
-                }
-                let key = if obj.contains_key("output") { "output" } else { "result" };
-                match obj.get(key) {
-                    None | Some(Value::Null) => {}
-                    Some(Value::String(s)) => self.piece(parts, s.clone(), || format!("{pointer}/{key}")),
-                    Some(other) => self.piece(parts, to_json_text(other), || format!("{pointer}/{key}")),
+                parts.result_ids.extend(self.required_id(tool_call_id.as_ref(), &at.key("toolCallId")));
+                let (value, value_at) = match output {
+                    Some(output) => (Some(output), at.key("output")),
+                    None => (result, at.key("result")),
+                };
+                if let Some(value) = value {
+                    let text = match value.shape() {
+                        Shape::Str(s) => s.to_owned(),
+                        _ => self.json_text(&value, &value_at),
+                    };
+                    self.piece(parts, text, &value_at);
                 }
             }
-            other => self.violation(format!("{at}.type"), format!("unknown part type {other:?}")),
+            other => self.violation(&type_at, format!("unknown part type {other:?}")),
         }
     }
 
-    fn image(&mut self, obj: &Map<String, Value>, at: &str) -> Image {
-        let nested_detail = match obj.get("image_url") {
-            Some(Value::Object(url)) => self.string(url, "detail", &format!("{at}.image_url")),
-            _ => None,
-        };
-        let detail = self.string(obj, "detail", at).or(nested_detail).map(str::to_owned);
-        let mut size = |key: &str| match obj.get(key) {
-            None | Some(Value::Null) => None,
-            Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
-            Some(other) => {
-                self.violation(format!("{at}.{key}"), format!("must be a non-negative integer, got {other}"));
+    fn size<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Option<u64> {
+        let node = node?;
+        match node.shape() {
+            Shape::Int(i) if i >= 0 => Some(i as u64),
+            _ => {
+                self.wrong_type(at, "a non-negative integer", node);
                 None
             }
-        };
-        let width = size("width");
-        let height = size("height");
-        Image { detail, width, height }
-    }
-}
-
-pub fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "list",
-        Value::Object(_) => "object",
+        }
     }
 }
 
@@ -513,7 +682,7 @@ mod tests {
     use serde_json::json;
 
     fn parse(values: Value) -> Result<Conversation, Vec<Violation>> {
-        parse_conversation(values.as_array().unwrap(), 50_000, "blocks")
+        parse_values(values.as_array().unwrap(), 50_000, "blocks")
     }
 
     fn fields(values: Value) -> Vec<String> {
@@ -601,7 +770,7 @@ mod tests {
     fn char_cap_cuts_on_code_points_and_rewrites_the_message() {
         let text: String = "日本🙂".repeat(40);
         let values = json!([{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "text", "text": text}, {"type": "text", "text": "tail"}]}]);
-        let conv = parse_conversation(values.as_array().unwrap(), 64, "blocks").unwrap();
+        let conv = parse_values(values.as_array().unwrap(), 64, "blocks").unwrap();
         let block = &conv.blocks[0];
         assert_eq!(block.char_count(), 64);
         assert!(block.pieces[1].ends_with(TRUNCATED_SUFFIX));

@@ -217,12 +217,12 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
 mod tests {
     use super::*;
     use crate::count::count_blocks;
-    use crate::parse::parse_conversation;
+    use crate::parse::parse_values;
     use crate::profile::Heuristic;
     use serde_json::{json, Value};
 
     fn plan(values: Value, budget: u64) -> Result<Vec<(String, bool, &'static str)>, BudgetExceeded> {
-        let blocks = parse_conversation(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
         let tokens = count_blocks(&Heuristic, &blocks.iter().collect::<Vec<_>>());
         let groups = Groups::build(&blocks);
         let unpinned = vec![false; blocks.len()];
@@ -288,7 +288,7 @@ mod tests {
 
     #[test]
     fn pinned_cap_unpins_oldest_injected_but_never_the_latest() {
-        let blocks = parse_conversation(
+        let blocks = parse_values(
             json!([
                 {"role": "user", "pinned": true, "injected": true},
                 {"role": "user", "pinned": true},
