@@ -7,11 +7,36 @@ from __future__ import annotations
 import random
 from typing import Any
 
-WORDS = (
-    "the chain shipped order courier parcel tubeless sealant wheel return receipt invoice "
-    "refund saddle brake pad rotor cassette derailleur tyre pressure frame warranty "
-    "Lieferung Rückgabe 配送 返品 注文 🚲 ✅"
-).split()
+WORDS = [
+    *[
+        "the",
+        "chain",
+        "shipped",
+        "order",
+        "courier",
+        "parcel",
+        "tubeless",
+        "sealant",
+        "wheel",
+        "return",
+        "receipt",
+        "invoice",
+    ],
+    *[
+        "refund",
+        "saddle",
+        "brake",
+        "pad",
+        "rotor",
+        "cassette",
+        "derailleur",
+        "tyre",
+        "pressure",
+        "frame",
+        "warranty",
+    ],
+    *["Lieferung", "Rückgabe", "配送", "返品", "注文", "🚲", "✅"],
+]
 
 
 def _text(rng: random.Random, low: int, high: int) -> str:
@@ -30,7 +55,9 @@ def generate(n_blocks: int, seed: int = 7) -> list[dict[str, Any]]:
         roll = rng.random()
         if pending and roll < 0.35:
             call_id = pending.pop(rng.randrange(len(pending)))
-            blocks.append({"id": f"b{i}", "role": "tool", "tool_call_id": call_id, "content": _text(rng, 10, 50)})
+            blocks.append(
+                {"id": f"b{i}", "role": "tool", "tool_call_id": call_id, "content": _text(rng, 10, 50)}
+            )
         elif roll < 0.55:
             calls = []
             for _ in range(rng.randint(1, 3)):
@@ -43,7 +70,9 @@ def generate(n_blocks: int, seed: int = 7) -> list[dict[str, Any]]:
                     }
                 )
                 pending.append(f"call{call}")
-            blocks.append({"id": f"b{i}", "role": "assistant", "content": _text(rng, 5, 20), "tool_calls": calls})
+            blocks.append(
+                {"id": f"b{i}", "role": "assistant", "content": _text(rng, 5, 20), "tool_calls": calls}
+            )
         elif roll < 0.8:
             blocks.append({"id": f"b{i}", "role": "assistant", "content": _text(rng, 20, 80)})
         else:

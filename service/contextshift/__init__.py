@@ -14,6 +14,7 @@ from typing import Any
 
 from contextshift import engine
 from contextshift.budget import Budget
+from contextshift.engine import BlockDecision
 from contextshift.errors import (
     ContextShiftError,
     FieldViolation,
@@ -23,7 +24,7 @@ from contextshift.errors import (
     InvalidOptions,
     TokenBudgetExceeded,
 )
-from contextshift.shift import BlockDecision, ShiftResult, Truncation, shift_context
+from contextshift.shift import ShiftResult, Truncation, shift_context
 
 __all__ = [
     "BlockDecision",

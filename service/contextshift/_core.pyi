@@ -3,9 +3,7 @@
 from collections.abc import Sequence
 from typing import Any, final
 
-__all__ = [
-    "BlockDecision",
-    "Conversation", "Counts", "Plan", "_panic_for_tests", "count_items", "profiles"]
+__all__ = ["BlockDecision", "Conversation", "Counts", "Plan", "_panic_for_tests", "count_items", "profiles"]
 
 @final
 class Counts:

@@ -8,7 +8,13 @@ from contextshift.errors import InvalidOptions
 
 __all__ = [
     "BlockDecision",
-    "Conversation", "Counts", "Plan", "count_items", "profile_is_approximate", "profile_names"]
+    "Conversation",
+    "Counts",
+    "Plan",
+    "count_items",
+    "profile_is_approximate",
+    "profile_names",
+]
 
 
 def profile_names() -> list[str]:
