@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-
 from benchmarks.conversation import generate  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 

@@ -7,6 +7,7 @@ contextshift count examples/support-chat.json
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 
 from contextshift import engine
 from contextshift.budget import Budget
+from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
 from contextshift.shift import ShiftResult, shift_context
 
@@ -102,9 +104,9 @@ def _preview(args: argparse.Namespace) -> int:
 
 def _result_json(result: ShiftResult) -> dict[str, Any]:
     return {
-        "kept": [vars_of(d) for d in result.kept],
-        "excluded": [vars_of(d) for d in result.excluded],
-        "truncated": [vars_of(t) for t in result.truncated],
+        "kept": [_decision_json(d) for d in result.kept],
+        "excluded": [_decision_json(d) for d in result.excluded],
+        "truncated": [dataclasses.asdict(t) for t in result.truncated],
         "prompt_tokens": result.prompt_tokens,
         "budget": result.budget,
         "profile": result.profile,
@@ -114,8 +116,8 @@ def _result_json(result: ShiftResult) -> dict[str, Any]:
     }
 
 
-def vars_of(obj: Any) -> dict[str, Any]:
-    return {name: getattr(obj, name) for name in obj.__slots__}
+def _decision_json(decision: BlockDecision) -> dict[str, Any]:
+    return {"id": decision.id, "tokens": decision.tokens, "reason": decision.reason}
 
 
 def _count(args: argparse.Namespace) -> int:

@@ -1,0 +1,166 @@
+"""The Python/Rust boundary: every bad input becomes a specific, named error; a Rust panic
+becomes InternalError (never a hang, never a BaseException a server would not answer)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+import contextshift
+from contextshift import _core
+
+
+def fields(exc: contextshift.InvalidInput) -> list[str]:
+    return [v.field for v in exc.violations]
+
+
+def test_rust_panic_surfaces_as_internal_error() -> None:
+    with pytest.raises(contextshift.InternalError, match="deliberate panic"):
+        _core._panic_for_tests()
+    # InternalError is an ordinary Exception, so `except Exception` in a server catches it.
+    assert issubclass(contextshift.InternalError, Exception)
+
+
+def test_blocks_must_be_a_list() -> None:
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context({"role": "user"}, budget=10)  # type: ignore[arg-type]
+    assert fields(err.value) == ["blocks"]
+
+
+def test_tuples_are_lists() -> None:
+    result = contextshift.shift_context(({"role": "user", "content": "hi"},), budget=100)
+    assert [d.id for d in result.kept] == ["#0"]
+
+
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        ({"role": "user", "content": {1, 2}}, "blocks[0].content"),
+        ({"role": "user", "relevance": math.inf}, "blocks[0].relevance"),
+        ({"role": "user", "relevance": True}, "blocks[0].relevance"),
+        ({"role": "user", "id": 7}, "blocks[0].id"),
+        ({"role": "user", "id": ""}, "blocks[0].id"),
+        ({"role": "tool", "meta": {"toolCallId": 5}}, "blocks[0].meta.toolCallId"),
+        ({"role": "tool", "meta": []}, "blocks[0].meta"),
+        ({"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}, "blocks[0].tool_calls[0].id"),
+        ({"role": "assistant", "tool_calls": {}}, "blocks[0].tool_calls"),
+        ({"role": "user", "content": [{"type": "text"}]}, "blocks[0].content[0].text"),
+        ({"role": "user", "content": ["plain string part"]}, "blocks[0].content[0]"),
+        ({"role": "user", "content": [{"type": "image_url", "width": -1}]}, "blocks[0].content[0].width"),
+        ({"role": "user", "kind": "diary"}, "blocks[0].kind"),
+        ({"content": "no role"}, "blocks[0].role"),
+        ({"type": "function_call", "name": "f"}, "blocks[0].call_id"),
+        (
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "input": {"x": math.nan}}]},
+            "blocks[0].content[0].input",
+        ),
+    ],
+)
+def test_each_bad_field_is_named(block: dict[str, Any], field: str) -> None:
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context([{"role": "system", "content": "s"}, block], budget=1000)
+    assert fields(err.value) == [field.replace("blocks[0]", "blocks[1]")]
+
+
+def test_every_problem_of_a_request_is_reported_at_once() -> None:
+    blocks = [
+        {"id": "a", "role": "user"},
+        {"id": "a", "role": "bot", "relevance": "high"},
+        {"role": "user", "pinned": 1},
+        {"id": "a", "role": "user"},
+    ]
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context(blocks, budget=100)
+    # The repeated id is not reported: ids are compared among blocks with no other error.
+    assert fields(err.value) == ["blocks[1].role", "blocks[1].relevance", "blocks[2].pinned", "blocks[3].id"]
+    assert "blocks[1].role: unknown role 'bot'" in str(err.value).replace('"', "'")
+
+
+def test_deep_nesting_is_refused_not_a_crash() -> None:
+    deep: Any = "leaf"
+    for _ in range(5000):
+        deep = {"x": deep}
+    block = {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "input": deep}]}
+    with pytest.raises(contextshift.InvalidBlocks, match="nested deeper"):
+        contextshift.shift_context([block], budget=10_000)
+
+
+def test_non_string_keys_and_unknown_fields_are_ignored() -> None:
+    block = {"role": "user", "content": "hi", 3: "x", "extra": object()}
+    result = contextshift.shift_context([block], budget=100)
+    assert result.messages == [block]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"budget": -1}, "budget"),
+        ({"budget": 1.5}, "budget"),
+        ({"budget": True}, "budget"),
+        ({"budget": 2**70}, "budget"),
+        ({"budget": contextshift.Budget(0)}, "budget.context_limit"),
+        ({"budget": contextshift.Budget(1000, response_reserve=-5)}, "budget.response_reserve"),
+        ({"budget": 10, "profile": "gpt-99"}, "profile"),
+        ({"budget": 10, "strategy": "magic"}, "strategy"),
+        ({"budget": 10, "options": {"max_block_chars": 10}}, "options.max_block_chars"),
+        ({"budget": 10, "options": {"pinned_cap": 1.5}}, "options.pinned_cap"),
+        ({"budget": 10, "options": {"start_on_user": "yes"}}, "options.start_on_user"),
+        ({"budget": 10, "options": {"keep_everything": True}}, "options.keep_everything"),
+    ],
+)
+def test_bad_options_are_named(kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(contextshift.InvalidOptions) as err:
+        contextshift.shift_context([{"role": "user", "content": "x"}], **kwargs)
+    assert fields(err.value) == [field]
+    assert isinstance(err.value, ValueError)
+
+
+def test_budget_floor_is_applied_and_reported() -> None:
+    result = contextshift.shift_context(
+        [{"role": "user", "content": "x"}], budget=contextshift.Budget(10_000, response_reserve=9_000)
+    )
+    assert result.budget == 4000  # min(4000, 10_000 // 2), above 10_000 - 9_000
+    assert result.warnings == [
+        "budget floor applied: 1000 < min(4000, context_limit // 2) = 4000; using 4000"
+    ]
+    small = contextshift.shift_context(
+        [{"role": "user", "content": "x"}], budget=contextshift.Budget(100, 90)
+    )
+    assert small.budget == 50
+
+
+def test_token_budget_exceeded_carries_the_numbers() -> None:
+    blocks = [{"role": "system", "content": "x" * 400}, {"role": "user", "content": "hi"}]
+    with pytest.raises(contextshift.TokenBudgetExceeded) as err:
+        contextshift.shift_context(blocks, budget=50)
+    assert (err.value.code, err.value.protected_tokens, err.value.budget) == (
+        "TOKEN_BUDGET_EXCEEDED",
+        109,
+        50,
+    )
+
+
+def test_count_tokens_items_and_errors() -> None:
+    assert contextshift.count_tokens(
+        ["", "abcd", "abcde", "日本語", {"role": "user", "content": "abcd"}]
+    ) == [
+        0,
+        1,
+        2,
+        2,
+        5,
+    ]
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.count_tokens(["ok", 5, {"role": "nobody"}])  # type: ignore[list-item]
+    assert fields(err.value) == ["items[1]", "items[2].role"]
+    with pytest.raises(contextshift.InvalidOptions):
+        contextshift.count_tokens(["x"], profile="nope")
+
+
+def test_block_decision_is_a_value() -> None:
+    a = contextshift.BlockDecision("x", 3, "FITS")
+    assert a == contextshift.BlockDecision("x", 3, "FITS")
+    assert a != contextshift.BlockDecision("x", 4, "FITS")
+    assert repr(a) == "BlockDecision(id='x', tokens=3, reason='FITS')"
