@@ -3,6 +3,7 @@ becomes InternalError (never a hang, never a BaseException a server would not an
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -164,3 +165,31 @@ def test_block_decision_is_a_value() -> None:
     assert a == contextshift.BlockDecision("x", 3, "FITS")
     assert a != contextshift.BlockDecision("x", 4, "FITS")
     assert repr(a) == "BlockDecision(id='x', tokens=3, reason='FITS')"
+
+
+def test_json_text_and_dicts_give_the_same_shift() -> None:
+    blocks: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "x" * 300},
+        {
+            "role": "assistant",
+            "content": "y" * 70_000,
+            "tool_calls": [{"id": "c", "function": {"name": "f"}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": [{"type": "text", "text": "ok"}]},
+        {"role": "user", "content": "now"},
+    ]
+    for budget in (30, 200, 20_000):
+        from_dicts = contextshift.shift_context(blocks, budget=budget)
+        for text in (json.dumps(blocks), json.dumps(blocks).encode()):
+            from_json = contextshift.shift_context(text, budget=budget)
+            assert from_json == from_dicts
+
+
+def test_json_text_errors_are_named() -> None:
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context('{"role": "user"}', budget=10)
+    assert fields(err.value) == ["blocks_json"]
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context('[{"role": "user"}, {"role": 3}]', budget=10)
+    assert fields(err.value) == ["blocks[1].role"]

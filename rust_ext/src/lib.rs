@@ -9,12 +9,14 @@ mod convert;
 
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::{
-    block_tokens, count_blocks, parse_block, parse_conversation, plan_removal, profile_by_name, protection, Block,
-    CharCut, Groups, Node, PlanInput, Profile, Reason, Shape, Violation, PROFILES,
+    block_tokens, count_blocks, parse_block, parse_conversation, parse_values, plan_removal, profile_by_name,
+    protection, Block, CharCut, Groups, Node, PlanInput, Profile, Reason, Shape, Violation, PROFILES,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
+use serde_json::Value;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 pyo3::import_exception!(contextshift.errors, InvalidBlocks);
@@ -79,6 +81,8 @@ struct Conversation {
     blocks: Vec<Block>,
     cuts: Vec<CharCut>,
     groups: Groups,
+    /// The parsed blocks when they came as JSON text: the source of `json_messages`.
+    json: Option<Vec<Value>>,
 }
 
 /// Block token counts of one conversation under one profile.
@@ -170,7 +174,50 @@ impl Conversation {
             // Reading Python objects needs the GIL; grouping does not.
             let conv = parse_conversation(&nodes, max_block_chars, "blocks").map_err(invalid_blocks)?;
             let groups = py.detach(|| Groups::build(&conv.blocks));
-            Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups })
+            Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json: None })
+        })
+    }
+
+    /// Parses a JSON array of blocks (the caller's own message JSON), entirely without the GIL.
+    #[staticmethod]
+    fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
+        guarded(|| {
+            let bytes: Vec<u8> = if let Ok(s) = text.cast::<PyString>() {
+                s.to_str()?.as_bytes().to_vec()
+            } else {
+                text.extract::<Vec<u8>>().map_err(|_| not_a_list("blocks_json", "must be str or bytes".to_owned()))?
+            };
+            py.detach(|| {
+                let values: Vec<Value> = serde_json::from_slice(&bytes).map_err(|e| {
+                    vec![Violation {
+                        index: 0,
+                        field: "blocks_json".to_owned(),
+                        description: format!("not a JSON array of blocks: {e}"),
+                    }]
+                })?;
+                let conv = parse_values(&values, max_block_chars, "blocks")?;
+                let groups = Groups::build(&conv.blocks);
+                Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json: Some(values) })
+            })
+            .map_err(invalid_blocks)
+        })
+    }
+
+    /// The messages of the given blocks, for a conversation read by `from_json`: the parsed JSON,
+    /// with the char cap's cut text in place.
+    fn json_messages<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        guarded(|| {
+            let json =
+                self.json.as_ref().ok_or_else(|| PyValueError::new_err("conversation was not read from JSON"))?;
+            let cut_messages: HashMap<usize, &Value> = self.cuts.iter().map(|c| (c.index, &c.message)).collect();
+            indices
+                .iter()
+                .map(|&i| {
+                    let value = cut_messages.get(&i).copied().or_else(|| json.get(i));
+                    let value = value.ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))?;
+                    convert::value_to_py(py, value)
+                })
+                .collect()
         })
     }
 
@@ -263,15 +310,18 @@ impl Conversation {
         })
     }
 
-    /// Blocks the char cap cut: `(index, tokens before the cut, the block's message with the cut
-    /// text in place)`.
-    fn cuts<'py>(&self, py: Python<'py>, profile: &str) -> PyResult<Vec<(usize, u64, Bound<'py, PyAny>)>> {
+    /// Blocks the char cap cut: `(index, id, tokens before, tokens after, the block's message with
+    /// the cut text in place)`.
+    #[allow(clippy::type_complexity)]
+    fn cuts<'py>(&self, py: Python<'py>, profile: &str) -> PyResult<Vec<(usize, &str, u64, u64, Bound<'py, PyAny>)>> {
         guarded(|| {
             let profile = profile_named(profile)?;
             self.cuts
                 .iter()
                 .map(|cut| {
-                    Ok((cut.index, block_tokens(profile, &cut.original), convert::value_to_py(py, &cut.message)?))
+                    let before = block_tokens(profile, &cut.original);
+                    let after = block_tokens(profile, &self.blocks[cut.index]);
+                    Ok((cut.index, cut.original.id.as_str(), before, after, convert::value_to_py(py, &cut.message)?))
                 })
                 .collect()
         })

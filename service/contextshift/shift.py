@@ -38,22 +38,27 @@ class ShiftResult:
 
 
 def shift_context(
-    blocks: Sequence[Mapping[str, Any]],
+    blocks: Sequence[Mapping[str, Any]] | str | bytes,
     *,
     budget: int | Budget,
     profile: str = "heuristic",
     strategy: str = "truncate",
     options: Mapping[str, Any] | None = None,
 ) -> ShiftResult:
-    """Fit `blocks` (oldest first) into `budget` tokens. Raises `InvalidBlocks`,
-    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
+    """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
+    as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). Raises
+    `InvalidBlocks`, `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not
+    fit."""
     opts = ShiftOptions.from_mapping(options)
     resolved = resolve_budget(budget)
     run_strategy = strategy_named(strategy)
     approximate = engine.profile_is_approximate(profile)
 
     # 1-2. Parse and cut over-long blocks.
-    conversation = engine.Conversation(blocks, opts.max_block_chars)
+    if isinstance(blocks, str | bytes):
+        conversation = engine.Conversation.from_json(blocks, opts.max_block_chars)
+    else:
+        conversation = engine.Conversation(blocks, opts.max_block_chars)
     counts = conversation.count(profile)
     # 3. Pinned cap.
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * resolved.tokens)
@@ -67,7 +72,12 @@ def shift_context(
         )
 
     cuts = conversation.cuts(profile)
-    cut_messages = {index: message for index, *_, message in cuts}
+    messages: list[Mapping[str, Any]]
+    if isinstance(blocks, str | bytes):
+        messages = list(conversation.json_messages(plan.kept))
+    else:
+        cut_messages: dict[int, Mapping[str, Any]] = {index: message for index, *_, message in cuts}
+        messages = [cut_messages.get(i, blocks[i]) for i in plan.kept]
     return ShiftResult(
         kept=plan.kept_decisions,
         excluded=plan.excluded_decisions,
@@ -77,5 +87,5 @@ def shift_context(
         profile=profile,
         approximate=approximate,
         warnings=resolved.warnings + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
-        messages=[cut_messages.get(i, blocks[i]) for i in plan.kept],
+        messages=messages,
     )

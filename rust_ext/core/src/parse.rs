@@ -354,6 +354,7 @@ impl Reader {
             Some("function_call_output") => Some(Role::Tool),
             _ => None,
         };
+        let role_given = role.is_some();
         let role = match self.string(role.as_ref(), &at.key("role")) {
             Some(name) => Role::parse(name).unwrap_or_else(|| {
                 self.violation(
@@ -362,6 +363,8 @@ impl Reader {
                 );
                 Role::User
             }),
+            // A role of the wrong type is already reported.
+            None if role_given => Role::User,
             None => implied_role.unwrap_or_else(|| {
                 match item_type {
                     None | Some("message") => self.violation(&at.key("role"), "missing"),
