@@ -18,6 +18,7 @@ from contextshift import engine
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
+from contextshift.profiles import list_profiles
 from contextshift.shift import ShiftResult, shift_context
 
 
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("--context-limit", type=int, default=128_000)
     preview.add_argument("--response-reserve", type=int, default=0)
     preview.add_argument("--system-reserve", type=int, default=0)
-    preview.add_argument("--profile", default="heuristic", choices=engine.profile_names())
+    preview.add_argument("--profile", default="heuristic", choices=[p.name for p in list_profiles()])
     preview.add_argument("--strategy", default="truncate")
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
     preview.set_defaults(run=_preview)
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = count.add_mutually_exclusive_group(required=True)
     source.add_argument("file", type=Path, nargs="?")
     source.add_argument("--text")
-    count.add_argument("--profile", default="heuristic", choices=engine.profile_names())
+    count.add_argument("--profile", default="heuristic", choices=[p.name for p in list_profiles()])
     count.set_defaults(run=_count)
     return parser
 

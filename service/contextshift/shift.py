@@ -12,6 +12,7 @@ from contextshift.budget import Budget, resolve_budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError
 from contextshift.options import ShiftOptions
+from contextshift.profiles import resolve
 from contextshift.strategies import StrategyInput, strategy_named
 
 
@@ -52,26 +53,26 @@ def shift_context(
     opts = ShiftOptions.from_mapping(options)
     resolved = resolve_budget(budget)
     run_strategy = strategy_named(strategy)
-    approximate = engine.profile_is_approximate(profile)
+    resolution = resolve(profile)
 
     # 1-2. Parse and cut over-long blocks.
     if isinstance(blocks, str | bytes):
         conversation = engine.Conversation.from_json(blocks, opts.max_block_chars)
     else:
         conversation = engine.Conversation(blocks, opts.max_block_chars)
-    counts = conversation.count(profile)
+    counts = conversation.count(resolution.profile)
     # 3. Pinned cap.
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * resolved.tokens)
     # 4-5. Orphans, the strategy, the leading-assistant repair.
     plan = run_strategy(StrategyInput(conversation, counts, resolved.tokens, unpinned, opts))
     # 6. Independent recount of what is sent.
-    prompt_tokens = conversation.recount(profile, plan.kept)
+    prompt_tokens = conversation.recount(resolution.profile, plan.kept)
     if prompt_tokens != plan.total or prompt_tokens > resolved.tokens:
         raise InternalError(
             f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {resolved.tokens}"
         )
 
-    cuts = conversation.cuts(profile)
+    cuts = conversation.cuts(resolution.profile)
     messages: list[Mapping[str, Any]]
     if isinstance(blocks, str | bytes):
         messages = list(conversation.json_messages(plan.kept))
@@ -84,8 +85,10 @@ def shift_context(
         truncated=[Truncation(block_id, before, after, "CHAR_CAP") for _, block_id, before, after, _ in cuts],
         prompt_tokens=prompt_tokens,
         budget=resolved.tokens,
-        profile=profile,
-        approximate=approximate,
-        warnings=resolved.warnings + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
+        profile=resolution.profile,
+        approximate=resolution.approximate,
+        warnings=resolution.warnings
+        + resolved.warnings
+        + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
         messages=messages,
     )
