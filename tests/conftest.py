@@ -1,0 +1,28 @@
+"""Shared pytest setup: import paths for the test helpers and hypothesis profiles.
+
+Profiles (choose with HYPOTHESIS_PROFILE=<name>):
+- ``default``: deterministic (derandomized), no deadline; what CI runs.
+- ``thorough``: ten times the examples (``conversations.examples``), still deterministic; a soak.
+- ``random``: fresh random examples each run (not derandomized), to hunt for new failures.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+
+# tests/reference and tests/conversations.py are imported as top-level modules.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+_COMMON = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    print_blob=True,
+)
+settings.register_profile("default", _COMMON, derandomize=True, database=None)
+settings.register_profile("thorough", _COMMON, derandomize=True, database=None)
+settings.register_profile("random", _COMMON, derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -1,0 +1,218 @@
+"""Property tests: contextshift.shift_context against the pure-Python reference (tests/reference),
+plus invariants checked on the library's results alone.
+
+Thousands of generated conversations (tests/conversations.py) mix every supported JSON shape.
+Deterministic by default (see tests/conftest.py for the hypothesis profiles).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from conversations import (
+    TEXTS,
+    Scenario,
+    conversations,
+    examples,
+    invalid_options,
+    invalid_scenarios,
+    scenarios,
+)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reference import (
+    RefBudgetExceeded,
+    RefInvalid,
+    RefResult,
+    analyze,
+    reference_count_tokens,
+    reference_shift,
+)
+
+import contextshift
+
+KEPT_REASONS = {"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "FITS"}
+EXCLUDED_REASONS = {
+    "BUDGET_OLDEST_FIRST",
+    "TOOL_GROUP",
+    "ORPHAN_TOOL_RESULT",
+    "LEADING_ASSISTANT",
+    "UNPINNED_BY_CAP",
+}
+
+
+def library_budget(spec: int | tuple[int, int, int]) -> int | contextshift.Budget:
+    return spec if isinstance(spec, int) else contextshift.Budget(*spec)
+
+
+def run_library(scenario: Scenario) -> contextshift.ShiftResult:
+    return contextshift.shift_context(
+        scenario.blocks, budget=library_budget(scenario.budget), options=scenario.options
+    )
+
+
+def decisions(items: Sequence[contextshift.BlockDecision]) -> list[tuple[str, int, str]]:
+    return [(item.id, item.tokens, item.reason) for item in items]
+
+
+def truncations(items: Sequence[contextshift.Truncation]) -> list[tuple[str, int, int, str]]:
+    return [(item.id, item.tokens_before, item.tokens_after, item.how) for item in items]
+
+
+def assert_same_result(result: contextshift.ShiftResult, expected: RefResult) -> None:
+    assert decisions(result.kept) == expected.kept
+    assert decisions(result.excluded) == expected.excluded
+    assert truncations(result.truncated) == expected.truncated
+    assert result.prompt_tokens == expected.prompt_tokens
+    assert result.budget == expected.budget
+    assert list(result.warnings) == expected.warnings
+    assert result.messages == expected.messages
+    assert result.profile == "heuristic"
+    assert result.approximate is True
+
+
+def assert_same_outcome(scenario: Scenario) -> contextshift.ShiftResult | None:
+    """Run both implementations; they must agree on the result or on the error."""
+    try:
+        expected = reference_shift(scenario.blocks, budget=scenario.budget, options=scenario.options)
+    except RefBudgetExceeded as exc:
+        with pytest.raises(contextshift.TokenBudgetExceeded) as info:
+            run_library(scenario)
+        assert info.value.code == "TOKEN_BUDGET_EXCEEDED"
+        assert (info.value.protected_tokens, info.value.budget) == (exc.protected_tokens, exc.budget)
+        assert isinstance(info.value, contextshift.ContextShiftError)
+        return None
+    except RefInvalid as exc:
+        error = contextshift.InvalidBlocks if exc.kind == "blocks" else contextshift.InvalidOptions
+        with pytest.raises(error) as invalid:
+            run_library(scenario)
+        assert isinstance(invalid.value, contextshift.InvalidInput)
+        assert isinstance(invalid.value, ValueError)
+        assert [violation.field for violation in invalid.value.violations] == exc.fields
+        return None
+    result = run_library(scenario)
+    assert_same_result(result, expected)
+    return result
+
+
+def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> None:
+    """Properties that must hold for any correct result, whatever the exact rules."""
+    analysis = analyze(scenario.blocks, budget=scenario.budget, options=scenario.options)
+    ids = analysis.ids
+    position = {block_id: index for index, block_id in enumerate(ids)}
+    kept_ids = [item.id for item in result.kept]
+    excluded_ids = [item.id for item in result.excluded]
+    reason_of = {item.id: item.reason for item in [*result.kept, *result.excluded]}
+
+    # Every input block is decided exactly once; both lists keep input order.
+    assert sorted(kept_ids + excluded_ids, key=position.__getitem__) == ids
+    assert [position[i] for i in kept_ids] == sorted(position[i] for i in kept_ids)
+    assert [position[i] for i in excluded_ids] == sorted(position[i] for i in excluded_ids)
+    assert {item.reason for item in result.kept} <= KEPT_REASONS
+    assert {item.reason for item in result.excluded} <= EXCLUDED_REASONS
+
+    # Messages are the kept blocks, in order; untouched blocks are the caller's own dicts.
+    truncated_ids = {item.id for item in result.truncated}
+    assert len(result.messages) == len(kept_ids)
+    for message, block_id in zip(result.messages, kept_ids, strict=True):
+        if block_id not in truncated_ids:
+            assert message is scenario.blocks[position[block_id]]
+
+    # Budget.
+    assert result.prompt_tokens == sum(item.tokens for item in result.kept)
+    assert result.prompt_tokens <= result.budget == analysis.budget
+
+    # Protected blocks are kept; groups are never split.
+    kept = set(kept_ids)
+    for index, is_protected in enumerate(analysis.protected):
+        if is_protected:
+            assert ids[index] in kept, f"protected block {ids[index]} was excluded"
+    for members in analysis.groups:
+        assert len({ids[i] in kept for i in members}) == 1, f"group {[ids[i] for i in members]} was split"
+
+    # An excluded group: its earliest member carries the reason, the others TOOL_GROUP.
+    unpinned = {ids[i] for i in analysis.unpinned}
+    for members in analysis.groups:
+        for i in members[1:]:
+            if ids[i] not in kept and ids[i] not in unpinned:
+                assert reason_of[ids[i]] == "TOOL_GROUP"
+
+    # Unprotected orphan groups are always excluded.
+    orphan_excluded = set()
+    for group, members in enumerate(analysis.groups):
+        if analysis.group_orphan[group] and not analysis.group_protected[group]:
+            assert ids[members[0]] not in kept
+            orphan_excluded.update(members)
+            if ids[members[0]] not in unpinned:
+                assert reason_of[ids[members[0]]] == "ORPHAN_TOOL_RESULT"
+
+    if unpinned & set(excluded_ids):
+        return  # UNPINNED_BY_CAP hides which step removed the block; the reference check covers it
+
+    # BUDGET_OLDEST_FIRST removes a minimal prefix of the removable groups, oldest first.
+    removable = [
+        group
+        for group in range(len(analysis.groups))
+        if not analysis.group_protected[group] and not analysis.group_orphan[group]
+    ]
+    removed = [g for g in removable if reason_of[ids[analysis.groups[g][0]]] == "BUDGET_OLDEST_FIRST"]
+    assert removed == removable[: len(removed)], "BUDGET_OLDEST_FIRST did not take the oldest groups"
+    before_strategy = sum(t for i, t in enumerate(analysis.tokens) if i not in orphan_excluded)
+    after_strategy = before_strategy - sum(analysis.group_tokens(g) for g in removed)
+    assert after_strategy <= result.budget
+    if removed:
+        assert after_strategy + analysis.group_tokens(removed[-1]) > result.budget, (
+            "removed one group too many"
+        )
+
+    # start_on_user: after removals, history does not begin with an unprotected assistant turn.
+    leading = [ids[analysis.groups[g][0]] for g in range(len(analysis.groups))]
+    if analysis.options.start_on_user and removed:
+        first = next(
+            (b for b in analysis.blocks if b.id in kept and b.kind == "message" and b.role != "system"),
+            None,
+        )
+        if first is not None and first.role == "assistant":
+            assert analysis.group_protected[analysis.group_of[first.index]]
+    else:
+        assert not any(reason_of[block_id] == "LEADING_ASSISTANT" for block_id in leading)
+
+
+@settings(max_examples=examples(2200))
+@given(scenarios())
+def test_shift_matches_reference_and_invariants(scenario: Scenario) -> None:
+    snapshot = copy.deepcopy(scenario.blocks)
+    result = assert_same_outcome(scenario)
+    if result is not None:
+        check_invariants(scenario, result)
+    assert scenario.blocks == snapshot, "shift_context modified its input"
+
+
+@settings(max_examples=examples(400))
+@given(invalid_scenarios())
+def test_invalid_blocks_match_reference(scenario: Scenario) -> None:
+    assert_same_outcome(scenario)
+
+
+@settings(max_examples=examples(150))
+@given(conversations(max_turns=5), invalid_options(), st.integers(0, 5000))
+def test_invalid_options_match_reference(
+    blocks: list[dict[str, Any]], options: dict[str, Any], budget: int
+) -> None:
+    with pytest.raises(RefInvalid):
+        reference_shift(blocks, budget=budget, options=options)
+    assert_same_outcome(Scenario(blocks, budget, options))
+
+
+@settings(max_examples=examples(300))
+@given(
+    st.lists(
+        st.one_of(TEXTS, conversations(max_turns=3).filter(bool).map(lambda blocks: blocks[-1])), max_size=8
+    )
+)
+def test_count_tokens_matches_reference(items: list[str | dict[str, Any]]) -> None:
+    assert contextshift.count_tokens(items) == reference_count_tokens(items)
+    assert contextshift.count_tokens(items, profile="heuristic") == reference_count_tokens(items)
