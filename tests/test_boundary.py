@@ -74,8 +74,13 @@ def test_every_problem_of_a_request_is_reported_at_once() -> None:
     ]
     with pytest.raises(contextshift.InvalidBlocks) as err:
         contextshift.shift_context(blocks, budget=100)
-    # The repeated id is not reported: ids are compared among blocks with no other error.
-    assert fields(err.value) == ["blocks[1].role", "blocks[1].relevance", "blocks[2].pinned", "blocks[3].id"]
+    assert fields(err.value) == [
+        "blocks[1].id",
+        "blocks[1].role",
+        "blocks[1].relevance",
+        "blocks[2].pinned",
+        "blocks[3].id",
+    ]
     assert "blocks[1].role: unknown role 'bot'" in str(err.value).replace('"', "'")
 
 

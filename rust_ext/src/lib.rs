@@ -7,10 +7,13 @@
 
 mod convert;
 
+use contextshift_core::cache::{self, CacheStats};
+use contextshift_core::count::batch;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::{
-    block_tokens, count_blocks, parse_block, parse_conversation, parse_values, plan_removal, profile_by_name,
-    protection, Block, CharCut, Groups, Node, PlanInput, Profile, Reason, Shape, Violation, PROFILES,
+    block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, parse_values,
+    plan_removal, profile_by_name, protection, Block, CharCut, Groups, Node, PlanInput, Profile, ProfileError,
+    ProfileInfo, Reason, Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -18,6 +21,7 @@ use pyo3::types::{PyList, PyString};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 pyo3::import_exception!(contextshift.errors, InvalidBlocks);
 pyo3::import_exception!(contextshift.errors, InvalidOptions);
@@ -46,14 +50,11 @@ fn invalid_blocks(violations: Vec<Violation>) -> PyErr {
     InvalidBlocks::new_err((pairs,))
 }
 
-fn profile_named(name: &str) -> PyResult<&'static dyn Profile> {
-    profile_by_name(name).ok_or_else(|| {
-        let known: Vec<&str> = PROFILES.iter().map(|p| p.name()).collect();
-        InvalidOptions::new_err((vec![(
-            "profile".to_owned(),
-            format!("unknown profile {name:?} (known: {})", known.join(", ")),
-        )],))
-    })
+/// The profile `name` (loaded on first use, without the GIL: a vocabulary or a tokenizer.json
+/// takes a while); an unknown or unloadable profile is `InvalidOptions` on field `profile`.
+fn profile_named(py: Python<'_>, name: &str) -> PyResult<Arc<Profile>> {
+    py.detach(|| profile_by_name(name))
+        .map_err(|e: ProfileError| InvalidOptions::new_err((vec![("profile".to_owned(), e.to_string())],)))
 }
 
 fn reason_str(py: Python<'_>, reason: Reason) -> &Bound<'_, PyString> {
@@ -88,7 +89,7 @@ struct Conversation {
 /// Block token counts of one conversation under one profile.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Counts {
-    profile: &'static dyn Profile,
+    profile: Arc<Profile>,
     tokens: Vec<u64>,
 }
 
@@ -100,7 +101,7 @@ impl Counts {
     }
 
     #[getter]
-    fn profile(&self) -> &'static str {
+    fn profile(&self) -> &str {
         self.profile.name()
     }
 }
@@ -235,8 +236,8 @@ impl Conversation {
 
     fn count(&self, py: Python<'_>, profile: &str) -> PyResult<Counts> {
         guarded(|| {
-            let profile = profile_named(profile)?;
-            let tokens = py.detach(|| count_blocks(profile, &self.blocks.iter().collect::<Vec<_>>()));
+            let profile = profile_named(py, profile)?;
+            let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
             Ok(Counts { profile, tokens })
         })
     }
@@ -301,12 +302,12 @@ impl Conversation {
     /// Stage 6: prompt tokens of the given blocks, counted afresh from their content.
     fn recount(&self, py: Python<'_>, profile: &str, indices: Vec<usize>) -> PyResult<u64> {
         guarded(|| {
-            let profile = profile_named(profile)?;
+            let profile = profile_named(py, profile)?;
             let selected = indices
                 .iter()
                 .map(|&i| self.blocks.get(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range"))))
                 .collect::<PyResult<Vec<&Block>>>()?;
-            Ok(py.detach(|| profile.prompt_overhead() + count_blocks(profile, &selected).iter().sum::<u64>()))
+            Ok(py.detach(|| profile.prompt_overhead() + count_blocks(&profile, &selected).iter().sum::<u64>()))
         })
     }
 
@@ -315,12 +316,12 @@ impl Conversation {
     #[allow(clippy::type_complexity)]
     fn cuts<'py>(&self, py: Python<'py>, profile: &str) -> PyResult<Vec<(usize, &str, u64, u64, Bound<'py, PyAny>)>> {
         guarded(|| {
-            let profile = profile_named(profile)?;
+            let profile = profile_named(py, profile)?;
             self.cuts
                 .iter()
                 .map(|cut| {
-                    let before = block_tokens(profile, &cut.original);
-                    let after = block_tokens(profile, &self.blocks[cut.index]);
+                    let before = block_tokens(&profile, &cut.original);
+                    let after = block_tokens(&profile, &self.blocks[cut.index]);
                     Ok((cut.index, cut.original.id.as_str(), before, after, convert::value_to_py(py, &cut.message)?))
                 })
                 .collect()
@@ -328,46 +329,125 @@ impl Conversation {
     }
 }
 
-/// Token counts of texts (text tokens) and blocks (block tokens) under one profile.
+/// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
+enum Item<'a> {
+    Text(&'a str),
+    Block(Block),
+}
+
+/// Token counts of texts (text tokens) and blocks (block tokens) under one profile. Strings are
+/// read in place; the counting runs without the GIL, across cores for a large batch.
 #[pyfunction]
-fn count_items(items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
+fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
     guarded(|| {
-        let profile = profile_named(profile)?;
-        let items = convert::sequence(items).map_err(|e| not_a_list("items", e))?;
+        let profile = profile_named(py, profile)?;
+        let nodes = convert::sequence(items).map_err(|e| not_a_list("items", e))?;
         let mut violations = Vec::new();
-        let mut counts = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            counts.push(match item.shape() {
-                Shape::Str(text) => profile.text_tokens(text),
-                Shape::Object => match parse_block(item, i, "items") {
-                    Ok(block) => block_tokens(profile, &block),
-                    Err(v) => {
-                        violations.extend(v);
-                        0
-                    }
+        let mut parsed = Vec::with_capacity(nodes.len());
+        for (i, node) in nodes.iter().enumerate() {
+            match node.shape() {
+                Shape::Str(text) => parsed.push(Item::Text(text)),
+                Shape::Object => match parse_block(node, i, "items") {
+                    Ok(block) => parsed.push(Item::Block(block)),
+                    Err(v) => violations.extend(v),
                 },
-                other => {
-                    violations.push(Violation {
-                        index: i,
-                        field: format!("items[{i}]"),
-                        description: format!("must be a str or a block dict, got {}", other.type_name()),
-                    });
-                    0
-                }
-            });
+                other => violations.push(Violation {
+                    index: i,
+                    field: format!("items[{i}]"),
+                    description: format!("must be a str or a block dict, got {}", other.type_name()),
+                }),
+            }
         }
-        if violations.is_empty() {
-            Ok(counts)
-        } else {
-            Err(invalid_blocks(violations))
+        if !violations.is_empty() {
+            return Err(invalid_blocks(violations));
         }
+        Ok(py.detach(|| {
+            batch(
+                &profile,
+                &parsed,
+                |item| match item {
+                    Item::Text(text) => text.len(),
+                    Item::Block(block) => block.text_bytes(),
+                },
+                |item| match item {
+                    Item::Text(text) => profile.text_tokens(text),
+                    Item::Block(block) => block_tokens(&profile, block),
+                },
+            )
+        }))
     })
 }
 
-/// `(name, approximate)` of every profile this build knows.
+/// A profile as listings show it: what it is, how exact, where its vocabulary and overheads come
+/// from, and under which licence.
+#[pyclass(frozen, get_all, module = "contextshift._core")]
+struct ProfileDescription {
+    name: String,
+    approximate: bool,
+    exactness: &'static str,
+    source: String,
+    licence: String,
+    vocab_size: Option<u64>,
+    /// Framing tokens per message, by role (system, user, assistant, tool).
+    message_overhead: Vec<(&'static str, u64)>,
+    /// Tokens a participant name adds beyond its text; `None` when the format drops names.
+    name_overhead: Option<u64>,
+    prompt_overhead: u64,
+    image_rule: String,
+    overhead_source: String,
+}
+
+impl From<&ProfileInfo> for ProfileDescription {
+    fn from(info: &ProfileInfo) -> Self {
+        let framing = &info.framing;
+        ProfileDescription {
+            name: info.name.clone(),
+            approximate: info.approximate(),
+            exactness: info.exactness.as_str(),
+            source: info.source.clone(),
+            licence: info.licence.clone(),
+            vocab_size: info.vocab_size,
+            message_overhead: [Role::System, Role::User, Role::Assistant, Role::Tool]
+                .into_iter()
+                .map(|role| (role.as_str(), framing.message_overhead(role)))
+                .collect(),
+            name_overhead: framing.name,
+            prompt_overhead: framing.prompt,
+            image_rule: framing.images.describe(),
+            overhead_source: info.framing_source.clone(),
+        }
+    }
+}
+
+/// Every built-in profile, described without loading a vocabulary.
 #[pyfunction]
-fn profiles() -> Vec<(&'static str, bool)> {
-    PROFILES.iter().map(|p| (p.name(), p.approximate())).collect()
+fn profiles() -> Vec<ProfileDescription> {
+    builtin_profiles().iter().map(ProfileDescription::from).collect()
+}
+
+/// The profile `name` (built-in or `hf:<path>`), loaded: `InvalidOptions` when it cannot be.
+#[pyfunction]
+fn describe_profile(py: Python<'_>, name: &str) -> PyResult<ProfileDescription> {
+    guarded(|| Ok(ProfileDescription::from(profile_named(py, name)?.info())))
+}
+
+/// `(hits, misses, entries, capacity_bytes)` of the process-wide count cache.
+#[pyfunction]
+fn count_cache_stats() -> (u64, u64, usize, usize) {
+    let CacheStats { hits, misses, entries, capacity_bytes } = cache::global().stats();
+    (hits, misses, entries, capacity_bytes)
+}
+
+/// Sets the count cache's memory bound in bytes (0 turns it off).
+#[pyfunction]
+fn configure_count_cache(capacity_bytes: usize) {
+    cache::global().configure(capacity_bytes);
+}
+
+/// Empties the count cache (zeroing its counters) and the tokenizers' own memos.
+#[pyfunction]
+fn clear_count_cache() {
+    clear_caches();
 }
 
 /// Panics inside the core, so the test suite can prove a panic surfaces as `InternalError`.
@@ -383,7 +463,12 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
+    m.add_class::<ProfileDescription>()?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
+    m.add_function(wrap_pyfunction!(describe_profile, m)?)?;
+    m.add_function(wrap_pyfunction!(count_cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(configure_count_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(clear_count_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     Ok(())
 }

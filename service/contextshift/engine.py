@@ -3,6 +3,30 @@ the boundary (and its typed stub, `_core.pyi`) stays in one place."""
 
 from __future__ import annotations
 
-from contextshift._core import BlockDecision, Conversation, Counts, Plan, count_items, profiles
+from contextshift._core import (
+    BlockDecision,
+    Conversation,
+    Counts,
+    Plan,
+    ProfileDescription,
+    clear_count_cache,
+    configure_count_cache,
+    count_cache_stats,
+    count_items,
+    describe_profile,
+    profiles,
+)
 
-__all__ = ["BlockDecision", "Conversation", "Counts", "Plan", "count_items", "profiles"]
+__all__ = [
+    "BlockDecision",
+    "Conversation",
+    "Counts",
+    "Plan",
+    "ProfileDescription",
+    "clear_count_cache",
+    "configure_count_cache",
+    "count_cache_stats",
+    "count_items",
+    "describe_profile",
+    "profiles",
+]

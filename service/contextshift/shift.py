@@ -4,15 +4,15 @@ Rust core."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from contextshift import engine
+from contextshift import calibration, engine
 from contextshift.budget import Budget, resolve_budget
 from contextshift.engine import BlockDecision
-from contextshift.errors import InternalError
+from contextshift.errors import InternalError, TokenBudgetExceeded
 from contextshift.options import ShiftOptions
-from contextshift.profiles import resolve
+from contextshift.profiles import resolve_request
 from contextshift.strategies import StrategyInput, strategy_named
 
 
@@ -36,24 +36,37 @@ class ShiftResult:
     warnings: list[str]
     # The kept blocks as given, in order; a block the char cap cut is a copy with the cut text.
     messages: list[Mapping[str, Any]]
+    # The model the profile was resolved from or given with, if any (the calibration key).
+    model: str | None = field(default=None, kw_only=True)
+    # An approximate profile's counts times the model's calibration (contextshift.calibration):
+    # the factor (1.0 when uncalibrated) and `prompt_tokens` calibrated, which is what fits
+    # `budget`. Block tokens and `prompt_tokens` stay raw.
+    calibration_factor: float = field(default=1.0, kw_only=True)
+    calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
 
 
 def shift_context(
     blocks: Sequence[Mapping[str, Any]] | str | bytes,
     *,
     budget: int | Budget,
-    profile: str = "heuristic",
+    profile: str | None = None,
     strategy: str = "truncate",
     options: Mapping[str, Any] | None = None,
+    model: str | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
-    as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). Raises
-    `InvalidBlocks`, `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not
-    fit."""
+    as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
+    `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
+    also selects the calibration of an approximate profile. Raises `InvalidBlocks`,
+    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
     opts = ShiftOptions.from_mapping(options)
     resolved = resolve_budget(budget)
     run_strategy = strategy_named(strategy)
-    resolution = resolve(profile)
+    resolution = resolve_request(profile, model)
+    # An approximate profile plans in raw tokens against the budget the model's calibration
+    # leaves for them, so the calibrated prompt fits the real budget.
+    factor = calibration.DEFAULT.factor(resolution.model) if resolution.approximate else 1.0
+    raw_budget = calibration.raw_budget(resolved.tokens, factor)
 
     # 1-2. Parse and cut over-long blocks.
     if isinstance(blocks, str | bytes):
@@ -62,14 +75,20 @@ def shift_context(
         conversation = engine.Conversation(blocks, opts.max_block_chars)
     counts = conversation.count(resolution.profile)
     # 3. Pinned cap.
-    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * resolved.tokens)
+    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
     # 4-5. Orphans, the strategy, the leading-assistant repair.
-    plan = run_strategy(StrategyInput(conversation, counts, resolved.tokens, unpinned, opts))
+    try:
+        plan = run_strategy(StrategyInput(conversation, counts, raw_budget, unpinned, opts))
+    except TokenBudgetExceeded as e:
+        if factor == 1.0:
+            raise
+        # Report in the caller's units: calibrated tokens against the real budget.
+        raise TokenBudgetExceeded(calibration.calibrated(e.protected_tokens, factor), resolved.tokens) from e
     # 6. Independent recount of what is sent.
     prompt_tokens = conversation.recount(resolution.profile, plan.kept)
-    if prompt_tokens != plan.total or prompt_tokens > resolved.tokens:
+    if prompt_tokens != plan.total or prompt_tokens > raw_budget:
         raise InternalError(
-            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {resolved.tokens}"
+            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {raw_budget}"
         )
 
     cuts = conversation.cuts(resolution.profile)
@@ -91,4 +110,7 @@ def shift_context(
         + resolved.warnings
         + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
         messages=messages,
+        model=resolution.model,
+        calibration_factor=factor,
+        calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
     )

@@ -92,6 +92,8 @@ pub struct Block {
     pub id: String,
     pub role: Role,
     pub kind: Kind,
+    /// The participant name (OpenAI `name`), which some chat formats render and charge for.
+    pub name: Option<String>,
     /// Text pieces in reading order; each is counted on its own.
     pub pieces: Vec<String>,
     pub calls: Vec<ToolCall>,
@@ -113,5 +115,11 @@ impl Block {
     /// Code points of the text pieces: what `max_block_chars` limits.
     pub fn char_count(&self) -> usize {
         self.pieces.iter().map(|p| p.chars().count()).sum()
+    }
+
+    /// Bytes of text a profile counts in this block: what decides whether counting is parallel.
+    pub fn text_bytes(&self) -> usize {
+        let calls: usize = self.calls.iter().map(|c| c.name.len() + c.arguments.len()).sum();
+        self.pieces.iter().map(String::len).sum::<usize>() + calls + self.name.as_ref().map_or(0, String::len)
     }
 }

@@ -5,16 +5,19 @@
 //! The exact behaviour is specified in `docs/semantics.md`.
 
 pub mod block;
+pub mod cache;
 pub mod count;
+pub mod counter;
 pub mod group;
+pub mod image;
 pub mod json_text;
 pub mod parse;
 pub mod plan;
 pub mod profile;
 
 pub use block::{Block, Image, Kind, Role, ToolCall};
-pub use count::{block_tokens, count_blocks};
+pub use count::{block_tokens, count_blocks, count_texts};
 pub use group::Groups;
 pub use parse::{parse_block, parse_conversation, parse_values, CharCut, Conversation, Node, Shape, Violation};
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
-pub use profile::{profile_by_name, Profile, PROFILES};
+pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};

@@ -178,23 +178,30 @@ pub fn parse_conversation<N: Node>(
     let mut blocks = Vec::with_capacity(nodes.len());
     let mut cuts = Vec::new();
     let mut violations = Vec::new();
-    // Ids are checked among the blocks that parsed, so one request reports every problem.
+    // Every block with a readable id takes part in the duplicate check, including blocks with
+    // other errors, so one request reports every problem.
     let mut first_index: HashMap<String, usize> = HashMap::with_capacity(nodes.len());
+    let mut duplicate = |id: String, index: usize, violations: &mut Vec<Violation>| {
+        if let Some(first) = first_index.insert(id.clone(), index) {
+            violations.push(Violation {
+                index,
+                field: format!("{list_name}[{index}].id"),
+                description: format!("duplicate id {id:?} (also block {first})"),
+            });
+        }
+    };
     for (index, node) in nodes.iter().enumerate() {
         let block = match parse_block(node, index, list_name) {
             Ok(block) => block,
             Err(v) => {
+                if let Some(id) = readable_id(node, index) {
+                    duplicate(id, index, &mut violations);
+                }
                 violations.extend(v);
                 continue;
             }
         };
-        if let Some(first) = first_index.insert(block.id.clone(), index) {
-            violations.push(Violation {
-                index,
-                field: format!("{list_name}[{index}].id"),
-                description: format!("duplicate id {:?} (also block {first})", block.id),
-            });
-        }
+        duplicate(block.id.clone(), index, &mut violations);
         // Bytes bound code points from above, so most blocks skip the code point count.
         let bytes: usize = block.pieces.iter().map(String::len).sum();
         if bytes <= max_block_chars || block.char_count() <= max_block_chars {
@@ -282,6 +289,19 @@ macro_rules! read_fields {
             }
         });
     };
+}
+
+/// The id a block that failed to parse would have had: given (a non-empty string) or `#<index>`.
+fn readable_id<N: Node>(node: &N, index: usize) -> Option<String> {
+    if !matches!(node.shape(), Shape::Object) {
+        return None;
+    }
+    read_fields!(node, { id: "id" });
+    match id.as_ref().map(|id| id.shape()) {
+        None => Some(format!("#{index}")),
+        Some(Shape::Str(id)) if !id.is_empty() => Some(id.to_owned()),
+        Some(_) => None,
+    }
 }
 
 fn read_block<N: Node>(
@@ -435,10 +455,17 @@ impl Reader {
             }
         }
 
+        // A participant name is lenient: only a string is one, and nothing else is an error, so the
+        // blocks that parsed before names were counted still parse.
+        let participant = match name.as_ref().map(|n| n.shape()) {
+            Some(Shape::Str(n)) if !issues_call_id => Some(n.to_owned()),
+            _ => None,
+        };
         Block {
             id,
             role,
             kind,
+            name: participant,
             pieces: parts.pieces,
             calls: parts.calls,
             result_ids: parts.result_ids,
@@ -762,7 +789,14 @@ mod tests {
                 {"id": "x", "role": "user", "relevance": "high"},
                 7
             ])),
-            ["blocks[0].role", "blocks[1].content[0].type", "blocks[1].pinned", "blocks[3].relevance", "blocks[4]"]
+            [
+                "blocks[0].role",
+                "blocks[1].content[0].type",
+                "blocks[1].pinned",
+                "blocks[3].id",
+                "blocks[3].relevance",
+                "blocks[4]"
+            ]
         );
         assert_eq!(fields(json!([{"id": "x", "role": "user"}, {"id": "x", "role": "user"}])), ["blocks[1].id"]);
         assert_eq!(fields(json!([{"id": "#1", "role": "user"}, {"role": "user"}])), ["blocks[1].id"]);

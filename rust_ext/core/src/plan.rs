@@ -218,12 +218,12 @@ mod tests {
     use super::*;
     use crate::count::count_blocks;
     use crate::parse::parse_values;
-    use crate::profile::Heuristic;
+    use crate::profile::profile_by_name;
     use serde_json::{json, Value};
 
     fn plan(values: Value, budget: u64) -> Result<Vec<(String, bool, &'static str)>, BudgetExceeded> {
         let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
-        let tokens = count_blocks(&Heuristic, &blocks.iter().collect::<Vec<_>>());
+        let tokens = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
         let groups = Groups::build(&blocks);
         let unpinned = vec![false; blocks.len()];
         let protection = protection(&blocks, true, &unpinned);

@@ -1,110 +1,457 @@
-//! Tokenizer profiles. A profile turns text, images and message framing into tokens; the
-//! exact BPE profiles of a later issue implement the same trait.
+//! Tokenizer profiles: a text counter plus the chat format's framing (message, name and prompt
+//! overheads, image rule), with what a caller needs to judge the numbers (exactness, source,
+//! licence). Profiles load on first use and live for the process; counts go through the shared
+//! count cache (`cache.rs`).
 
-use crate::block::Image;
+use crate::block::{Image, Role};
+use crate::cache;
+use crate::counter::{Bpe, Heuristic, HfJson, TextCounter};
+use crate::image::ImageRule;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
-pub trait Profile: Sync {
-    fn name(&self) -> &'static str;
-    /// True when counts estimate rather than reproduce the model's tokenizer.
-    fn approximate(&self) -> bool;
-    fn text_tokens(&self, text: &str) -> u64;
-    fn image_tokens(&self, image: &Image) -> u64;
-    /// Framing tokens every block costs (role markers, separators).
-    fn block_overhead(&self) -> u64;
-    /// Tokens the prompt costs once (reply priming).
-    fn prompt_overhead(&self) -> u64;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exactness {
+    /// The model's own tokenizer, and the framing its vendor publishes or its chat template spells.
+    Exact,
+    /// The model's own tokenizer for text; message framing is a generic estimate.
+    TextExact,
+    Approximate,
 }
 
-/// Exact arithmetic a caller can predict (DESIGN.md §4): `max(1, (3a + 8n + 11) // 12)` for
-/// `a` code points below U+0080 and `n` others, 765 per image, 4 per block.
-pub struct Heuristic;
+impl Exactness {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Exactness::Exact => "exact",
+            Exactness::TextExact => "text-exact",
+            Exactness::Approximate => "approximate",
+        }
+    }
+}
+
+/// The tokens a chat format adds around the text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Framing {
+    /// Tokens framing one message, by role: system, user, assistant, tool.
+    pub message: [u64; 4],
+    /// Tokens a participant `name` adds beyond its own text; `None` when the format drops names.
+    pub name: Option<u64>,
+    /// Tokens the prompt costs once: begin-of-text and the reply priming.
+    pub prompt: u64,
+    pub images: ImageRule,
+}
+
+impl Framing {
+    pub fn message_overhead(&self, role: Role) -> u64 {
+        self.message[match role {
+            Role::System => 0,
+            Role::User => 1,
+            Role::Assistant => 2,
+            Role::Tool => 3,
+        }]
+    }
+}
+
+/// What a profile is, for listings (ListTokenizerProfiles) and results.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProfileInfo {
+    pub name: String,
+    pub exactness: Exactness,
+    /// Where the vocabulary comes from.
+    pub source: String,
+    pub licence: String,
+    pub vocab_size: Option<u64>,
+    pub framing: Framing,
+    /// Where the framing numbers come from.
+    pub framing_source: String,
+}
+
+impl ProfileInfo {
+    pub fn approximate(&self) -> bool {
+        self.exactness == Exactness::Approximate
+    }
+}
+
+pub struct Profile {
+    info: ProfileInfo,
+    counter: Box<dyn TextCounter>,
+    /// Seeds the count cache's hash, so two profiles never share an entry.
+    cache_id: u64,
+}
+
+impl Profile {
+    pub fn new(info: ProfileInfo, counter: Box<dyn TextCounter>) -> Profile {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Profile { info, counter, cache_id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    pub fn approximate(&self) -> bool {
+        self.info.approximate()
+    }
+
+    pub fn info(&self) -> &ProfileInfo {
+        &self.info
+    }
+
+    pub fn text_tokens(&self, text: &str) -> u64 {
+        if text.is_empty() {
+            0
+        } else if self.counter.cacheable() {
+            cache::global().get_or_count(self.cache_id, text, |t| self.counter.count(t))
+        } else {
+            self.counter.count(text)
+        }
+    }
+
+    pub fn image_tokens(&self, image: &Image) -> u64 {
+        self.info.framing.images.tokens(image)
+    }
+
+    /// Framing tokens a block of `role` costs (role markers, separators).
+    pub fn block_overhead(&self, role: Role) -> u64 {
+        self.info.framing.message_overhead(role)
+    }
+
+    /// Tokens of a participant name: its text plus the format's per-name cost, or nothing when
+    /// the format does not render names.
+    pub fn name_tokens(&self, name: &str) -> u64 {
+        self.info.framing.name.map_or(0, |per_name| per_name + self.text_tokens(name))
+    }
+
+    /// Tokens the prompt costs once (begin-of-text, reply priming).
+    pub fn prompt_overhead(&self) -> u64 {
+        self.info.framing.prompt
+    }
+
+    pub fn parallel_min_bytes(&self) -> usize {
+        self.counter.parallel_min_bytes()
+    }
+}
+
+fn loaded() -> std::sync::MutexGuard<'static, HashMap<String, Arc<Profile>>> {
+    static LOADED: OnceLock<Mutex<HashMap<String, Arc<Profile>>>> = OnceLock::new();
+    LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Empties the count cache and every loaded tokenizer's own memo: the next count of any text is
+/// computed from scratch.
+pub fn clear_caches() {
+    cache::global().clear();
+    for profile in loaded().values() {
+        profile.counter.clear_memo();
+    }
+}
+
+/// Why a profile name gave no profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProfileError {
+    Unknown(String),
+    /// A known profile that cannot load here (a missing or broken file).
+    Unavailable(String),
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProfileError::Unknown(name) => {
+                write!(
+                    f,
+                    "unknown profile {name:?} (known: {}, or hf:<path to tokenizer.json>)",
+                    BUILTIN_NAMES.join(", ")
+                )
+            }
+            ProfileError::Unavailable(why) => f.write_str(why),
+        }
+    }
+}
+
+pub const HF_PREFIX: &str = "hf:";
+/// Where the `llama3` profile reads Meta's tokenizer.json (not bundled, see `LLAMA3`).
+pub const LLAMA3_ENV: &str = "CONTEXTSHIFT_LLAMA3_TOKENIZER";
+
+type Load = fn() -> Result<Box<dyn TextCounter>, String>;
+
+struct Builtin {
+    name: &'static str,
+    exactness: Exactness,
+    source: &'static str,
+    licence: &'static str,
+    vocab_size: Option<u64>,
+    framing: Framing,
+    framing_source: &'static str,
+    load: Load,
+}
+
+impl Builtin {
+    fn info(&self) -> ProfileInfo {
+        ProfileInfo {
+            name: self.name.to_owned(),
+            exactness: self.exactness,
+            source: self.source.to_owned(),
+            licence: self.licence.to_owned(),
+            vocab_size: self.vocab_size,
+            framing: self.framing,
+            framing_source: self.framing_source.to_owned(),
+        }
+    }
+}
 
 pub const HEURISTIC_IMAGE_TOKENS: u64 = 765;
 pub const HEURISTIC_BLOCK_OVERHEAD: u64 = 4;
 
-impl Profile for Heuristic {
-    fn name(&self) -> &'static str {
-        "heuristic"
-    }
+const HEURISTIC_FRAMING: Framing = Framing {
+    message: [HEURISTIC_BLOCK_OVERHEAD; 4],
+    name: None,
+    prompt: 0,
+    images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+};
 
-    fn approximate(&self) -> bool {
-        true
-    }
+/// OpenAI's published counting rule ("How to count tokens with tiktoken", num_tokens_from_messages,
+/// for gpt-3.5-turbo-0613 onwards, GPT-4, GPT-4o): 3 tokens per message plus the role's own token
+/// (system, user, assistant and tool are one token each in both vocabularies), 1 per name on top
+/// of its text, and 3 for the reply priming `<|start|>assistant<|message|>`.
+const OPENAI_FRAMING: Framing = Framing { message: [4; 4], name: Some(1), prompt: 3, images: ImageRule::OpenAiTiles };
+const OPENAI_FRAMING_SOURCE: &str = "OpenAI cookbook, How to count tokens with tiktoken: 3 per message + role \
+                                     token, 1 per name, 3 reply priming; OpenAI vision guide for images";
 
-    fn text_tokens(&self, text: &str) -> u64 {
-        if text.is_empty() {
-            return 0;
-        }
-        // In UTF-8 an ASCII code point is one byte below 0x80 and every other code point has
-        // exactly one lead byte at or above 0xC0, so two byte counts give both numbers without
-        // decoding. Both loops vectorize.
-        let bytes = text.as_bytes();
-        let ascii = bytes.iter().filter(|&&b| b < 0x80).count() as u64;
-        let other = bytes.iter().filter(|&&b| b >= 0xC0).count() as u64;
-        (3 * ascii + 8 * other).div_ceil(12).max(1)
-    }
-
-    fn image_tokens(&self, _image: &Image) -> u64 {
-        HEURISTIC_IMAGE_TOKENS
-    }
-
-    fn block_overhead(&self) -> u64 {
-        HEURISTIC_BLOCK_OVERHEAD
-    }
-
-    fn prompt_overhead(&self) -> u64 {
-        0
+fn bundled(name: &str, nfc: bool) -> Result<Box<dyn TextCounter>, String> {
+    let tokenizer = splintr::pretrained::from_pretrained(name)
+        .map_err(|e| format!("bundled vocabulary {name} failed to load: {e}"))?;
+    match tokenizer.backend() {
+        splintr::Backend::Bpe(bpe) => Ok(Box::new(Bpe { tokenizer: bpe.clone(), nfc })),
+        _ => Err(format!("bundled vocabulary {name} is not byte-level BPE")),
     }
 }
 
-/// Every profile this build knows, by name.
-pub static PROFILES: &[&dyn Profile] = &[&Heuristic];
+fn llama3_file() -> Result<Box<dyn TextCounter>, String> {
+    let path = std::env::var(LLAMA3_ENV).map_err(|_| {
+        format!(
+            "profile \"llama3\" needs Meta's tokenizer.json, which is not bundled (Llama 3 Community License): \
+             set {LLAMA3_ENV} to its path"
+        )
+    })?;
+    hf_file(&path).map(|t| Box::new(t) as Box<dyn TextCounter>)
+}
 
-pub fn profile_by_name(name: &str) -> Option<&'static dyn Profile> {
-    PROFILES.iter().copied().find(|p| p.name() == name)
+fn hf_file(path: &str) -> Result<HfJson, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read tokenizer.json {path:?}: {e}"))?;
+    HfJson::from_json(&bytes).map_err(|e| format!("{path:?}: {e}"))
+}
+
+static BUILTINS: &[Builtin] = &[
+    Builtin {
+        name: "heuristic",
+        exactness: Exactness::Approximate,
+        source: "arithmetic, docs/semantics.md §2: max(1, ceil(ascii/4 + other/1.5)) code points",
+        licence: "Apache-2.0 (contextshift)",
+        vocab_size: None,
+        framing: HEURISTIC_FRAMING,
+        framing_source: "docs/semantics.md §2: 4 per block, 765 per image, no prompt overhead",
+        load: || Ok(Box::new(Heuristic)),
+    },
+    Builtin {
+        name: "anthropic",
+        exactness: Exactness::Approximate,
+        source: "heuristic text count: Anthropic publishes no tokenizer for current Claude models",
+        licence: "Apache-2.0 (contextshift)",
+        vocab_size: None,
+        framing: Framing { images: ImageRule::AnthropicArea, ..HEURISTIC_FRAMING },
+        framing_source: "heuristic framing; Anthropic vision guide for images (width*height/750)",
+        load: || Ok(Box::new(Heuristic)),
+    },
+    Builtin {
+        name: "o200k_base",
+        exactness: Exactness::Exact,
+        source: "OpenAI o200k_base ranks (tiktoken), bundled by the splintr-vocab-o200k crate",
+        licence: "MIT (tiktoken)",
+        vocab_size: Some(200_019),
+        framing: OPENAI_FRAMING,
+        framing_source: OPENAI_FRAMING_SOURCE,
+        load: || bundled("o200k_base", false),
+    },
+    Builtin {
+        name: "cl100k_base",
+        exactness: Exactness::Exact,
+        source: "OpenAI cl100k_base ranks (tiktoken), bundled by the splintr-vocab-cl100k crate",
+        licence: "MIT (tiktoken)",
+        vocab_size: Some(100_277),
+        framing: OPENAI_FRAMING,
+        framing_source: OPENAI_FRAMING_SOURCE,
+        load: || bundled("cl100k_base", false),
+    },
+    Builtin {
+        name: "qwen",
+        exactness: Exactness::Exact,
+        source: "Qwen2/2.5/3 byte-level BPE (from Qwen/Qwen3-8B), bundled by the splintr-vocab-qwen crate",
+        licence: "Apache-2.0 (Qwen)",
+        vocab_size: Some(151_669),
+        // ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` is 5 tokens around the content; a tool
+        // result also sits in `<tool_response>\n…\n</tool_response>` (4 more, one fewer when the
+        // content ends in punctuation that merges with the newline: never an under-count).
+        framing: Framing {
+            message: [5, 5, 5, 9],
+            name: None,
+            prompt: 3,
+            images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+        },
+        framing_source: "Qwen chat template (ChatML): 5 per message, +4 tool_response tags, reply priming \
+                         <|im_start|>assistant\\n = 3; images: no text-tokenizer rule, 765 flat",
+        load: || bundled("qwen3", true),
+    },
+    Builtin {
+        name: "deepseek_v3",
+        exactness: Exactness::Exact,
+        source: "DeepSeek V3/R1 byte-level BPE, bundled by the splintr-vocab-deepseek crate",
+        licence: "MIT (DeepSeek V3)",
+        vocab_size: Some(128_815),
+        // `<｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>{reply}<｜end▁of▁sentence｜>`;
+        // a tool result is wrapped in the four tool-output markers.
+        framing: Framing {
+            message: [0, 1, 2, 4],
+            name: None,
+            prompt: 2,
+            images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+        },
+        framing_source: "DeepSeek V3 chat template: system 0, user 1, assistant 2, tool 4; BOS + \
+                         <｜Assistant｜> priming = 2; images: 765 flat",
+        load: || bundled("deepseek_v3", false),
+    },
+    Builtin {
+        name: "mistral_tekken",
+        exactness: Exactness::Exact,
+        source: "Mistral Tekken (V3) ranks, bundled by the splintr-vocab-mistral crate",
+        licence: "Apache-2.0 (Mistral)",
+        vocab_size: Some(131_072),
+        // V7 instruct format: `<s>[SYSTEM_PROMPT]…[/SYSTEM_PROMPT][INST]…[/INST]…</s>`,
+        // tool results in `[TOOL_RESULTS]…[/TOOL_RESULTS]`.
+        framing: Framing {
+            message: [2, 2, 1, 2],
+            name: None,
+            prompt: 1,
+            images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+        },
+        framing_source: "Mistral instruct format (mistral-common, V7 Tekken): system 2, user 2, assistant 1 \
+                         (</s>), tool 2; BOS = 1, no reply priming; images: 765 flat",
+        load: || bundled("mistral_v3", false),
+    },
+    Builtin {
+        name: "llama3",
+        exactness: Exactness::Exact,
+        source: "Meta Llama 3 tokenizer.json, read from the file named by CONTEXTSHIFT_LLAMA3_TOKENIZER \
+                 (not bundled)",
+        licence: "Llama 3 Community License (user-supplied file; nothing of it ships with contextshift)",
+        vocab_size: Some(128_256),
+        // `<|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>`
+        framing: Framing {
+            message: [5, 5, 5, 5],
+            name: None,
+            prompt: 5,
+            images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+        },
+        framing_source: "Llama 3 chat template: 5 per message; <|begin_of_text|> + \
+                         <|start_header_id|>assistant<|end_header_id|>\\n\\n priming = 5; images: 765 flat",
+        load: llama3_file,
+    },
+];
+
+pub static BUILTIN_NAMES: [&str; 8] =
+    ["heuristic", "anthropic", "o200k_base", "cl100k_base", "qwen", "deepseek_v3", "mistral_tekken", "llama3"];
+
+/// Every built-in profile, described without loading any vocabulary.
+pub fn builtin_profiles() -> Vec<ProfileInfo> {
+    BUILTINS.iter().map(Builtin::info).collect()
+}
+
+fn hf_profile(path: &str) -> Result<Profile, String> {
+    let tokenizer = hf_file(path)?;
+    let info = ProfileInfo {
+        name: format!("{HF_PREFIX}{path}"),
+        exactness: Exactness::TextExact,
+        source: format!("Hugging Face tokenizer.json at {path}, read by the tokenizers crate"),
+        licence: "the file's own (user-supplied)".to_owned(),
+        vocab_size: Some(tokenizer.vocab_size()),
+        framing: HEURISTIC_FRAMING,
+        framing_source: "generic: the chat template is not read; 4 per message, 765 per image".to_owned(),
+    };
+    Ok(Profile::new(info, Box::new(tokenizer)))
+}
+
+/// The profile called `name`: a built-in name or `hf:<path>`. Loaded once per process.
+pub fn profile_by_name(name: &str) -> Result<Arc<Profile>, ProfileError> {
+    if let Some(profile) = loaded().get(name) {
+        return Ok(Arc::clone(profile));
+    }
+    // Load outside the lock: a vocabulary takes tens of milliseconds, a tokenizer.json longer,
+    // and other profiles must stay reachable meanwhile. A racing load of the same name is
+    // discarded below.
+    let profile = if let Some(path) = name.strip_prefix(HF_PREFIX) {
+        hf_profile(path).map_err(ProfileError::Unavailable)?
+    } else {
+        let builtin = BUILTINS.iter().find(|b| b.name == name).ok_or_else(|| ProfileError::Unknown(name.to_owned()))?;
+        Profile::new(builtin.info(), (builtin.load)().map_err(ProfileError::Unavailable)?)
+    };
+    Ok(Arc::clone(loaded().entry(name.to_owned()).or_insert_with(|| Arc::new(profile))))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn reference(text: &str) -> u64 {
-        let ascii = text.chars().filter(|c| (*c as u32) < 0x80).count() as u64;
-        let other = text.chars().count() as u64 - ascii;
-        if text.is_empty() {
-            0
-        } else {
-            (3 * ascii + 8 * other).div_ceil(12).max(1)
+    #[test]
+    fn builtins_are_listed_by_name_in_order() {
+        let names: Vec<String> = builtin_profiles().into_iter().map(|p| p.name).collect();
+        assert_eq!(names, BUILTIN_NAMES);
+    }
+
+    #[test]
+    fn heuristic_profile_keeps_its_arithmetic() {
+        let h = profile_by_name("heuristic").unwrap();
+        assert!(h.approximate());
+        assert_eq!(h.text_tokens("abcde"), 2);
+        assert_eq!(h.block_overhead(Role::Tool), 4);
+        assert_eq!(h.name_tokens("alice"), 0);
+        assert_eq!(h.prompt_overhead(), 0);
+        assert_eq!(h.image_tokens(&Image::default()), 765);
+        assert!(Arc::ptr_eq(&h, &profile_by_name("heuristic").unwrap()), "loaded once");
+    }
+
+    #[test]
+    fn unknown_and_unavailable_profiles_say_why() {
+        assert_eq!(profile_by_name("nope").err(), Some(ProfileError::Unknown("nope".to_owned())));
+        let missing = profile_by_name("hf:/no/such/tokenizer.json").err().unwrap();
+        assert!(matches!(&missing, ProfileError::Unavailable(why) if why.contains("cannot read")), "{missing}");
+    }
+
+    #[test]
+    fn openai_framing_follows_the_cookbook() {
+        let p = profile_by_name("o200k_base").unwrap();
+        // Each role name is one token, so every message costs 3 + 1.
+        for role in ["system", "user", "assistant", "tool"] {
+            assert_eq!(p.text_tokens(role), 1, "{role}");
         }
+        assert_eq!(p.block_overhead(Role::User), 4);
+        assert_eq!(p.name_tokens("alice"), 1 + p.text_tokens("alice"));
+        assert_eq!(p.prompt_overhead(), 3);
     }
 
     #[test]
-    fn heuristic_worked_examples() {
-        let h = Heuristic;
-        assert_eq!(h.text_tokens(""), 0);
-        assert_eq!(h.text_tokens("a"), 1); // (3 + 11) // 12
-        assert_eq!(h.text_tokens("abcd"), 1); // (12 + 11) // 12
-        assert_eq!(h.text_tokens("abcde"), 2); // (15 + 11) // 12
-        assert_eq!(h.text_tokens("日本語"), 2); // (24 + 11) // 12
-        assert_eq!(h.text_tokens("🙂🙂🙂🙂🙂🙂"), 4); // (48 + 11) // 12
-        assert_eq!(h.text_tokens(&"x".repeat(400)), 100); // (1200 + 11) // 12
-    }
-
-    #[test]
-    fn byte_counting_equals_code_point_counting() {
-        for text in [
-            "héllo wörld",
-            "日本語 and ascii",
-            "🙂\u{7f}\u{80}\u{7ff}\u{800}\u{ffff}\u{10000}",
-            "é".repeat(97).as_str(),
+    fn bundled_vocabulary_sizes_are_as_listed() {
+        for (profile, vocab) in [
+            ("o200k_base", "o200k_base"),
+            ("cl100k_base", "cl100k_base"),
+            ("qwen", "qwen3"),
+            ("deepseek_v3", "deepseek_v3"),
+            ("mistral_tekken", "mistral_v3"),
         ] {
-            assert_eq!(Heuristic.text_tokens(text), reference(text), "{text}");
+            let listed = BUILTINS.iter().find(|b| b.name == profile).unwrap().vocab_size;
+            let loaded = u64::from(splintr::pretrained::base_vocab_size_by_name(vocab).unwrap());
+            assert_eq!(listed, Some(loaded), "{profile}");
         }
-    }
-
-    #[test]
-    fn profiles_by_name() {
-        assert_eq!(profile_by_name("heuristic").map(|p| p.name()), Some("heuristic"));
-        assert!(profile_by_name("nope").is_none());
     }
 }
