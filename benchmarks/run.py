@@ -1,5 +1,8 @@
 """Benchmark suite: `make benchmark` (or `python benchmarks/run.py [--quick]`).
 
+Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
+bpe-openai, splintr-rs) and the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo).
+
 Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
 through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
 the ratio, checks the targets of the engine issue (>= 20x at 10k; growth from 10k to 100k no worse
@@ -23,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
+from benchmarks import counting, grpc_bench  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 
@@ -102,7 +106,10 @@ def main() -> int:
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / "shift.json").write_text(json.dumps({"rows": rows, "findings": findings}, indent=2))
-    return 0
+    print()
+    counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
+    print()
+    return grpc_bench.main(args.quick)
 
 
 if __name__ == "__main__":

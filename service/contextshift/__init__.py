@@ -10,7 +10,7 @@ Library API (no network hop; the gRPC service runs the same engine):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contextshift import engine
 from contextshift.budget import Budget
@@ -24,11 +24,17 @@ from contextshift.errors import (
     InvalidOptions,
     TokenBudgetExceeded,
 )
+from contextshift.profiles import resolve_request
 from contextshift.shift import ShiftResult, Truncation, shift_context
 
+if TYPE_CHECKING:
+    from contextshift.client import AsyncClient, Client
+
 __all__ = [
+    "AsyncClient",
     "BlockDecision",
     "Budget",
+    "Client",
     "ContextShiftError",
     "FieldViolation",
     "InternalError",
@@ -43,6 +49,22 @@ __all__ = [
 ]
 
 
-def count_tokens(texts_or_blocks: Sequence[str | Mapping[str, Any]], profile: str = "heuristic") -> list[int]:
-    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead)."""
-    return engine.count_items(texts_or_blocks, profile)
+def count_tokens(
+    texts_or_blocks: Sequence[str | Mapping[str, Any]],
+    profile: str | None = None,
+    *,
+    model: str | None = None,
+) -> list[int]:
+    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead).
+    `profile` is a profile or model name, `model` a model name (unknown: `heuristic`); neither
+    means `heuristic`."""
+    return engine.count_items(texts_or_blocks, resolve_request(profile, model).profile)
+
+
+def __getattr__(name: str) -> Any:
+    # The clients load grpc; library-only callers (and the CLI's preview) do not pay for it.
+    if name in {"Client", "AsyncClient"}:
+        from contextshift import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'contextshift' has no attribute {name!r}")

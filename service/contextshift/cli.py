@@ -1,5 +1,6 @@
-"""Command line: preview what a shift keeps and drops, and count tokens.
+"""Command line: serve the gRPC API, preview what a shift keeps and drops, and count tokens.
 
+contextshift serve --port 50051
 contextshift preview examples/support-chat.json --context-limit 8000 --response-reserve 2000
 contextshift count examples/support-chat.json
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contextshift import engine
+from contextshift.api import config
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
@@ -131,9 +133,26 @@ def _count(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from contextshift.api import server  # grpc is loaded only to serve
+
+    try:
+        settings = config.load(vars(args), config_file=args.config)
+    except config.ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return server.run(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextshift", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser(
+        "serve", help="serve the gRPC API (settings: flags > environment > --config TOML > defaults)"
+    )
+    config.add_flags(serve)
+    serve.set_defaults(run=_serve)
 
     preview = sub.add_parser("preview", help="show what a shift of a conversation file keeps and excludes")
     preview.add_argument("file", type=Path)

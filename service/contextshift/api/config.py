@@ -1,0 +1,172 @@
+"""Server settings: command-line flags, then environment variables, then an optional TOML file,
+then defaults (first match wins). One table defines each setting once; the CLI builds its flags
+from it and the README documents it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str  # the TOML key and the ServerConfig field; the flag is --name-with-dashes
+    kind: type[Any]
+    default: Any
+    env: str
+    help: str
+    minimum: float | None = None
+
+
+SETTINGS = [
+    Setting("host", str, "127.0.0.1", "CONTEXTSHIFT_HOST", "address to listen on"),
+    Setting("port", int, 50051, "CONTEXTSHIFT_PORT", "port to listen on (0: any free port)", 0),
+    Setting("workers", int, 1, "CONTEXTSHIFT_WORKERS", "server processes sharing the port (SO_REUSEPORT)", 1),
+    Setting(
+        "max_concurrent_rpcs",
+        int,
+        256,
+        "CONTEXTSHIFT_MAX_CONCURRENT_RPCS",
+        "calls in flight per process; more get RESOURCE_EXHAUSTED",
+        1,
+    ),
+    Setting(
+        "max_request_bytes",
+        int,
+        16 * 1024 * 1024,
+        "CONTEXTSHIFT_MAX_REQUEST_BYTES",
+        "largest request message; larger get RESOURCE_EXHAUSTED",
+        1024,
+    ),
+    Setting(
+        "engine_threads", int, 4, "CONTEXTSHIFT_ENGINE_THREADS", "threads per process running the engine", 1
+    ),
+    Setting(
+        "drain_seconds",
+        float,
+        1.0,
+        "CONTEXTSHIFT_DRAIN_SECONDS",
+        "on SIGTERM: time between health NOT_SERVING and refusing new calls",
+        0,
+    ),
+    Setting(
+        "grace_seconds",
+        float,
+        10.0,
+        "CONTEXTSHIFT_GRACE_SECONDS",
+        "on SIGTERM: time in-flight calls get to finish before they are cancelled",
+        0,
+    ),
+    Setting("log_level", str, "INFO", "CONTEXTSHIFT_LOG_LEVEL", "DEBUG, INFO, WARNING or ERROR"),
+    Setting(
+        "context_size",
+        int,
+        None,
+        "LLM_CONTEXT_SIZE",
+        "default context window when a request and the model registry give none (default 128000)",
+        1,
+    ),
+    Setting(
+        "max_output_tokens",
+        int,
+        None,
+        "LLM_MAX_OUTPUT_TOKENS",
+        "default response reserve when a request gives none (default 64000)",
+        0,
+    ),
+    Setting(
+        "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
+    ),
+]
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Resolved settings (see SETTINGS for meaning and defaults)."""
+
+    host: str
+    port: int
+    workers: int
+    max_concurrent_rpcs: int
+    max_request_bytes: int
+    engine_threads: int
+    drain_seconds: float
+    grace_seconds: float
+    log_level: str
+    context_size: int | None
+    max_output_tokens: int | None
+    bench_echo: bool
+
+
+class ConfigError(ValueError):
+    """A setting has a value of the wrong type or range; the message names where it came from."""
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting; unset flags stay None so the environment and file can apply."""
+    parser.add_argument("--config", type=Path, help=f"TOML file with settings (env {CONFIG_ENV})")
+    for s in SETTINGS:
+        flag = "--" + s.name.replace("_", "-")
+        if s.kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
+        else:
+            parser.add_argument(flag, default=None, help=f"{s.help} (env {s.env})")
+
+
+def _convert(setting: Setting, value: Any, source: str) -> Any:
+    try:
+        if setting.kind is bool:
+            if isinstance(value, str):
+                if value.lower() not in {"1", "true", "yes", "0", "false", "no"}:
+                    raise ValueError(value)
+                value = value.lower() in {"1", "true", "yes"}
+            elif not isinstance(value, bool):
+                raise ValueError(value)
+            return value
+        if setting.kind is int and isinstance(value, bool | float):
+            raise ValueError(value)
+        converted = setting.kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}: expected {setting.kind.__name__}, got {value!r}") from None
+    if setting.minimum is not None and converted < setting.minimum:
+        raise ConfigError(f"{source}: must be >= {setting.minimum:g}, got {converted!r}")
+    return converted
+
+
+def load(
+    flags: Mapping[str, Any], env: Mapping[str, str] | None = None, config_file: Path | None = None
+) -> ServerConfig:
+    """Resolve every setting: flags > environment > TOML file > default."""
+    env = os.environ if env is None else env
+    path = config_file or (Path(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else None)
+    file_values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            file_values = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"{path}: {e}") from None
+        known = {s.name for s in SETTINGS}
+        unknown = sorted(set(file_values) - known)
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown settings {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+    values: dict[str, Any] = {}
+    for s in SETTINGS:
+        flag = "--" + s.name.replace("_", "-")
+        if flags.get(s.name) is not None:
+            values[s.name] = _convert(s, flags[s.name], flag)
+        elif env.get(s.env):
+            values[s.name] = _convert(s, env[s.env], f"${s.env}")
+        elif s.name in file_values:
+            values[s.name] = _convert(s, file_values[s.name], f"{path}: {s.name}")
+        else:
+            values[s.name] = s.default
+    return ServerConfig(**values)

@@ -1,0 +1,88 @@
+"""Library errors → gRPC status with google.rpc details (the error contract of the .proto)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from contextshift.errors import FieldViolation, InvalidInput, TokenBudgetExceeded
+
+DOMAIN = "contextshift.v1"
+
+# Library field paths that name request fields by another name.
+_FIELD_NAMES = {
+    "budget.context_limit": "context_limit",
+    "budget.response_reserve": "response_reserve",
+    "budget.system_reserve": "system_reserve",
+}
+
+
+class RequestError(Exception):
+    """A request the API layer itself rejects (before the engine), with its gRPC code."""
+
+    def __init__(
+        self, code: grpc.StatusCode, message: str, violations: Iterable[FieldViolation] = ()
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.violations = list(violations)
+
+
+def invalid(field: str, description: str) -> RequestError:
+    return RequestError(
+        grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}", [FieldViolation(field, description)]
+    )
+
+
+def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+def _status(code: grpc.StatusCode, message: str, *details: any_pb2.Any) -> grpc.Status:
+    number = code.value[0]
+    return rpc_status.to_status(status_pb2.Status(code=number, message=message, details=list(details)))
+
+
+def bad_request(message: str, violations: Iterable[FieldViolation]) -> grpc.Status:
+    detail = error_details_pb2.BadRequest(
+        field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+            for v in violations
+        ]
+    )
+    return _status(grpc.StatusCode.INVALID_ARGUMENT, message, _pack(detail))
+
+
+def status_for(
+    error: Exception, field_name: Callable[[str], str] = lambda field: field
+) -> grpc.Status | None:
+    """The status for an error the API expects, or None for a bug. `field_name` translates a library
+    field path into the request's (typed blocks name their parts differently from JSON)."""
+    if isinstance(error, TokenBudgetExceeded):
+        info = error_details_pb2.ErrorInfo(
+            reason=error.code,
+            domain=DOMAIN,
+            metadata={"protected_tokens": str(error.protected_tokens), "budget": str(error.budget)},
+        )
+        return _status(grpc.StatusCode.FAILED_PRECONDITION, str(error), _pack(info))
+    if isinstance(error, InvalidInput):
+        violations = [
+            FieldViolation(field_name(_FIELD_NAMES.get(v.field, v.field)), v.description)
+            for v in error.violations
+        ]
+        return bad_request("; ".join(f"{v.field}: {v.description}" for v in violations), violations)
+    if isinstance(error, RequestError):
+        if error.violations:
+            return bad_request(str(error), error.violations)
+        return _status(error.code, str(error))
+    return None
+
+
+def internal(message: str) -> grpc.Status:
+    return _status(grpc.StatusCode.INTERNAL, message)

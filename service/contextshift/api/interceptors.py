@@ -1,0 +1,114 @@
+"""Every unary call goes through here: library errors become statuses with details, bugs become
+INTERNAL with a log line (never a hung call), and each call is logged as one structured line
+(method, status, duration, blocks, tokens; never message content)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import grpc
+from grpc import aio
+
+from contextshift.api.errors import internal, status_for
+
+log = logging.getLogger("contextshift.api")
+
+
+@dataclass
+class CallStats:
+    """What a servicer method reports about its call for the log line."""
+
+    blocks: int | None = None
+    tokens: int | None = None
+
+
+_stats: contextvars.ContextVar[CallStats] = contextvars.ContextVar("contextshift_call_stats")
+
+
+def call_stats() -> CallStats:
+    """The current call's stats, filled in by the servicer."""
+    return _stats.get()
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, and the record's `fields`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "pid": record.process,
+            "msg": record.getMessage(),
+        }
+        line.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+Behavior = Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+class ErrorsAndLogging(aio.ServerInterceptor):
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        # Streaming calls (health Watch, reflection) pass through untouched.
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method
+        return grpc.unary_unary_rpc_method_handler(
+            self._wrap(method, cast(Behavior, handler.unary_unary)),  # aio handlers are coroutines
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, method: str, behavior: Behavior) -> Behavior:
+        async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            stats = CallStats()
+            _stats.set(stats)
+            start = time.perf_counter()
+            code = grpc.StatusCode.OK
+            try:
+                return await behavior(request, context)
+            except asyncio.CancelledError:
+                # The client cancelled, or its deadline passed.
+                remaining = context.time_remaining()
+                expired = remaining is not None and remaining <= 0
+                code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
+                raise
+            except aio.AbortError:
+                code = context.code() or grpc.StatusCode.UNKNOWN
+                raise
+            except Exception as error:
+                status = status_for(error)
+                if status is None:
+                    log.exception("unexpected error", extra={"fields": {"method": method}})
+                    status = internal(f"internal error ({type(error).__name__}); see the server log")
+                code = status.code
+                await context.abort_with_status(status)
+                raise  # not reached: abort_with_status raises
+            finally:
+                fields: dict[str, Any] = {
+                    "method": method,
+                    "status": code.name,
+                    "duration_ms": round((time.perf_counter() - start) * 1e3, 3),
+                }
+                if stats.blocks is not None:
+                    fields["blocks"] = stats.blocks
+                if stats.tokens is not None:
+                    fields["tokens"] = stats.tokens
+                log.info("rpc", extra={"fields": fields})
+
+        return call

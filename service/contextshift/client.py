@@ -1,0 +1,243 @@
+"""`contextshift.Client` / `contextshift.AsyncClient`: the gRPC service with the library's types.
+
+    with contextshift.Client("127.0.0.1:50051") as client:
+        result = client.shift_context(blocks, budget=contextshift.Budget(128_000, 16_000))
+
+Blocks go as JSON text (`blocks_json`, parsed by the server's engine), so any shape the library
+accepts works. Results come back as `ShiftResult` (with the server's extras), and the service's
+errors are raised as the library's: `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`.
+Other failures (unavailable, deadline, ...) stay `grpc.RpcError`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypedDict, Unpack
+
+import grpc
+from google.protobuf import struct_pb2
+from google.rpc import error_details_pb2
+from grpc import aio
+from grpc_status import rpc_status
+
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
+from contextshift.budget import Budget
+from contextshift.engine import BlockDecision
+from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
+from contextshift.profiles import ProfileInfo
+from contextshift.shift import ShiftResult, Truncation
+
+_STRING_FIELDS = {"profile", "strategy", "model", "provider", "chat_id", "generation_id"}
+Blocks = Sequence[Mapping[str, Any]] | str | bytes
+OUTPUT_FORMATS = {
+    "input": pb.OUTPUT_FORMAT_INPUT,
+    "openai_chat": pb.OUTPUT_FORMAT_OPENAI_CHAT,
+    "anthropic_messages": pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
+}
+
+
+@dataclass(frozen=True)
+class RemoteShiftResult(ShiftResult):
+    """A `ShiftResult` from the service, with what only the service reports."""
+
+    generation_id: str  # empty for a preview
+    context_limit: int
+    response_reserve: int
+    system: str  # Anthropic's top-level system text (output_format="anthropic_messages")
+    was_compacted: bool
+
+
+class PreviewArgs(TypedDict, total=False):
+    """Keyword arguments of `preview_context`; `budget=None` lets the server choose (model, defaults)."""
+
+    budget: int | Budget | None
+    profile: str
+    strategy: str
+    options: Mapping[str, Any] | None
+    output_format: str  # "input", "openai_chat" or "anthropic_messages"
+    model: str
+    timeout: float | None
+
+
+class ShiftArgs(PreviewArgs, total=False):
+    """Keyword arguments of `shift_context`."""
+
+    provider: str
+    chat_id: str
+    generation_id: str
+
+
+def _request(blocks: Blocks, args: PreviewArgs | ShiftArgs) -> dict[str, Any]:
+    """The fields of a ShiftContextRequest / PreviewContextRequest."""
+    text = blocks.decode() if isinstance(blocks, bytes) else blocks
+    fields = {key: value for key, value in args.items() if key in _STRING_FIELDS}
+    request: dict[str, Any] = {
+        "blocks_json": text if isinstance(text, str) else json.dumps(list(text), ensure_ascii=False),
+        "output_format": OUTPUT_FORMATS[args.get("output_format", "input")],
+        **fields,
+    }
+    budget = args.get("budget")
+    if isinstance(budget, int):
+        budget = Budget(budget)  # a window with no reserves resolves to exactly this budget
+    if budget is not None:
+        request.update(
+            context_limit=budget.context_limit,
+            response_reserve=budget.response_reserve,
+            system_reserve=budget.system_reserve,
+        )
+    options = args.get("options")
+    if options is not None:
+        struct = struct_pb2.Struct()
+        struct.update(options)
+        request["options"] = struct
+    return request
+
+
+def _count_request(texts: Sequence[str], profile: str, model: str) -> pb.CountTokensRequest:
+    return pb.CountTokensRequest(items=[pb.CountItem(text=t) for t in texts], profile=profile, model=model)
+
+
+def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
+    return RemoteShiftResult(
+        kept=[BlockDecision(d.id, d.tokens, d.reason) for d in plan.kept],
+        excluded=[BlockDecision(d.id, d.tokens, d.reason) for d in plan.excluded],
+        truncated=[Truncation(t.id, t.tokens_before, t.tokens_after, t.how) for t in plan.truncated],
+        prompt_tokens=plan.prompt_tokens,
+        budget=plan.budget,
+        profile=plan.profile,
+        approximate=plan.approximate,
+        warnings=list(plan.warnings),
+        messages=json.loads(plan.messages.messages_json or "[]"),
+        generation_id=generation_id,
+        context_limit=plan.context_limit,
+        response_reserve=plan.response_reserve,
+        system=plan.messages.system,
+        was_compacted=plan.compaction.was_compacted,
+    )
+
+
+def library_error(error: grpc.RpcError) -> Exception:
+    """The library exception a service error stands for, or the error itself."""
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]  # an RpcError from a call is a Call
+    for detail in status.details if status else []:
+        if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            info = error_details_pb2.ErrorInfo()
+            detail.Unpack(info)
+            if info.reason == TokenBudgetExceeded.code:
+                return TokenBudgetExceeded(
+                    int(info.metadata["protected_tokens"]), int(info.metadata["budget"])
+                )
+        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+            bad = error_details_pb2.BadRequest()
+            detail.Unpack(bad)
+            violations = [(v.field, v.description) for v in bad.field_violations]
+            on_blocks = all(field.startswith(("blocks", "items")) for field, _ in violations)
+            kind: type[InvalidInput] = InvalidBlocks if on_blocks else InvalidOptions
+            return kind(violations)
+    return error
+
+
+class Client:
+    """Blocking client. `target` is host:port; pass `channel` to use your own (TLS, options)."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.Channel | None = None) -> None:
+        self._channel = channel or grpc.insecure_channel(target)
+        self._stub = context_service_pb2_grpc.ContextShiftServiceStub(self._channel)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
+        """As `contextshift.shift_context`, on the server; see `ShiftArgs`."""
+        try:
+            response = self._stub.ShiftContext(
+                pb.ShiftContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+            )
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+        return _result(response.plan, response.generation_id)
+
+    def preview_context(self, blocks: Blocks, **args: Unpack[PreviewArgs]) -> RemoteShiftResult:
+        """As `shift_context`, writing nothing on the server."""
+        try:
+            response = self._stub.PreviewContext(
+                pb.PreviewContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+            )
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+        return _result(response.plan)
+
+    def count_tokens(
+        self, texts: Sequence[str], profile: str = "", *, model: str = "", timeout: float | None = None
+    ) -> list[int]:
+        """Tokens of each text."""
+        try:
+            return list(self._stub.CountTokens(_count_request(texts, profile, model), timeout=timeout).counts)
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+
+    def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
+        response = self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
+        return [ProfileInfo(p.name, p.approximate) for p in response.profiles]
+
+
+class AsyncClient:
+    """The same calls for asyncio (grpc.aio)."""
+
+    def __init__(self, target: str = "127.0.0.1:50051", *, channel: aio.Channel | None = None) -> None:
+        self._channel = channel or aio.insecure_channel(target)
+        self._stub = context_service_pb2_grpc.ContextShiftServiceAsyncStub(self._channel)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
+        try:
+            response = await self._stub.ShiftContext(
+                pb.ShiftContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+            )
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+        return _result(response.plan, response.generation_id)
+
+    async def preview_context(self, blocks: Blocks, **args: Unpack[PreviewArgs]) -> RemoteShiftResult:
+        try:
+            response = await self._stub.PreviewContext(
+                pb.PreviewContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+            )
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+        return _result(response.plan)
+
+    async def count_tokens(
+        self, texts: Sequence[str], profile: str = "", *, model: str = "", timeout: float | None = None
+    ) -> list[int]:
+        try:
+            response = await self._stub.CountTokens(_count_request(texts, profile, model), timeout=timeout)
+        except grpc.RpcError as e:
+            raise library_error(e) from e
+        return list(response.counts)
+
+    async def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
+        response = await self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
+        return [ProfileInfo(p.name, p.approximate) for p in response.profiles]

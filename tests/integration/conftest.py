@@ -1,0 +1,150 @@
+"""The real server as a subprocess on 127.0.0.1, on a free port, ready when its health says so."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+
+def health_status(address: str, service: str = "", timeout: float = 2.0) -> int:
+    with grpc.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        request = health_pb2.HealthCheckRequest(service=service)
+        return int(stub.Check(request, timeout=timeout).status)  # type: ignore[attr-defined]  # stub lacks it
+
+
+GATED_SERVER = Path(__file__).with_name("gated_server.py")
+
+
+@dataclass
+class Gate:
+    """Holds every engine call of a gated server (see gated_server.py) until opened."""
+
+    path: Path
+
+    def wait_entered(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.path.with_suffix(".entered").exists():
+            if time.monotonic() > deadline:
+                raise AssertionError("no call reached the engine")
+            time.sleep(0.01)
+
+    def open(self) -> None:
+        self.path.touch()
+
+
+def start_server(
+    tmp_path: Path,
+    *flags: str,
+    port: int | None = None,
+    wait: bool = True,
+    env: dict[str, str] | None = None,
+    gate: Gate | None = None,
+) -> ServerProcess:
+    """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
+    `env`. With `gate`, every engine call waits for the gate to open."""
+    port = free_port() if port is None else port
+    log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
+    env = clean | (env or {})
+    program = ["-m", "contextshift", "serve"]
+    if gate is not None:
+        env["CONTEXTSHIFT_TEST_GATE"] = str(gate.path)
+        program = [str(GATED_SERVER)]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                *program,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *flags,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    server = ServerProcess(proc, port, log_path)
+    if wait:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
+            try:
+                if health_status(server.address, timeout=0.5) == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline:
+                server.terminate()
+                raise RuntimeError(f"server not healthy in {START_TIMEOUT}s:\n{log_path.read_text()}")
+            time.sleep(0.05)
+    return server
+
+
+@pytest.fixture
+def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Gate]]:
+    """A server of its own whose engine calls wait for the gate."""
+    gate = Gate(tmp_path / "gate")
+    running = start_server(tmp_path, "--drain-seconds", "0.2", gate=gate)
+    yield running, gate
+    gate.open()
+    running.terminate()
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One shared server: echo on, room for large requests."""
+    running = start_server(
+        tmp_path_factory.mktemp("server"), "--bench-echo", "--max-request-bytes", str(64 * 1024 * 1024)
+    )
+    yield running
+    assert running.terminate() == 0
+
+
+@pytest.fixture(scope="session")
+def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(server.address) as chan:
+        yield chan

@@ -1,0 +1,460 @@
+"""Every RPC of contextshift.v1 against the real server, with every error's details decoded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool, struct_pb2
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from grpc_status import rpc_status
+
+import contextshift
+from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
+from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2_grpc
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+
+from .conftest import Gate, ServerProcess, health_status, start_server
+
+# One conversation, typed and as the OpenAI / Anthropic JSON a caller already has.
+TYPED = [
+    block_pb2.Block(
+        id="sys", role=block_pb2.ROLE_SYSTEM, content="You are Ada, a bicycle shop's support agent."
+    ),
+    block_pb2.Block(
+        id="lore",
+        role=block_pb2.ROLE_SYSTEM,
+        kind=block_pb2.BLOCK_KIND_LOREBOOK,
+        content="Returns: 30 days.",
+        mandatory=True,
+    ),
+    block_pb2.Block(
+        id="u1", role=block_pb2.ROLE_USER, content="Where is my chain? Ordered ten days ago. " * 30
+    ),
+    block_pb2.Block(
+        id="a1",
+        role=block_pb2.ROLE_ASSISTANT,
+        tool_calls=[block_pb2.ToolCall(id="call-1", name="order_status", arguments='{"order": 1234}')],
+    ),
+    block_pb2.Block(
+        id="t1", role=block_pb2.ROLE_TOOL, tool_call_id="call-1", content='{"status": "shipped"}'
+    ),
+    block_pb2.Block(
+        id="u2",
+        role=block_pb2.ROLE_USER,
+        parts=[
+            block_pb2.Part(text="And is this sealant in stock?"),
+            block_pb2.Part(image=block_pb2.Image(url="https://example.test/sealant.png", detail="low")),
+        ],
+    ),
+    block_pb2.Block(id="a2", role=block_pb2.ROLE_ASSISTANT, content="Yes, 14 bottles. Anything else?"),
+    block_pb2.Block(id="u3", role=block_pb2.ROLE_USER, content="Great, thanks!", pinned=True),
+]
+AS_JSON: list[dict[str, Any]] = [
+    {"id": "sys", "role": "system", "content": "You are Ada, a bicycle shop's support agent."},
+    {"id": "lore", "role": "system", "kind": "lorebook", "content": "Returns: 30 days.", "mandatory": True},
+    {"id": "u1", "role": "user", "content": "Where is my chain? Ordered ten days ago. " * 30},
+    {
+        "id": "a1",
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call-1",
+                "type": "function",
+                "function": {"name": "order_status", "arguments": '{"order": 1234}'},
+            }
+        ],
+    },
+    {"id": "t1", "role": "tool", "tool_call_id": "call-1", "content": '{"status": "shipped"}'},
+    {
+        "id": "u2",
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "And is this sealant in stock?"},
+            {"type": "image_url", "image_url": {"url": "https://example.test/sealant.png", "detail": "low"}},
+        ],
+    },
+    {"id": "a2", "role": "assistant", "content": "Yes, 14 bottles. Anything else?"},
+    {"id": "u3", "role": "user", "content": "Great, thanks!", "pinned": True},
+]
+
+
+def stub(channel: grpc.Channel) -> context_service_pb2_grpc.ContextShiftServiceStub:
+    return context_service_pb2_grpc.ContextShiftServiceStub(channel)
+
+
+def details(error: grpc.RpcError) -> tuple[grpc.StatusCode, list[Any]]:
+    status = rpc_status.from_call(error)  # type: ignore[arg-type]
+    assert status is not None, error
+    decoded: list[Any] = []
+    for detail in status.details:
+        for kind in (error_details_pb2.ErrorInfo, error_details_pb2.BadRequest):
+            if detail.Is(kind.DESCRIPTOR):
+                message = kind()
+                detail.Unpack(message)
+                decoded.append(message)
+    return error.code(), decoded
+
+
+def violations(error: grpc.RpcError) -> dict[str, str]:
+    code, found = details(error)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    (bad,) = found
+    return {v.field: v.description for v in bad.field_violations}
+
+
+# --- the RPCs ---------------------------------------------------------------------------------
+
+
+def test_shift_context_typed(channel: grpc.Channel) -> None:
+    response = stub(channel).ShiftContext(
+        pb.ShiftContextRequest(blocks=TYPED, context_limit=1200, response_reserve=200, chat_id="c1"),
+        timeout=10,
+    )
+    plan = response.plan
+    assert len(response.generation_id) == 36 and response.generation_id[14] == "7"  # UUIDv7
+    assert plan.budget == 1000 and plan.context_limit == 1200 and plan.response_reserve == 200
+    assert [(d.id, d.reason) for d in plan.excluded] == [
+        ("u1", "BUDGET_OLDEST_FIRST"),
+        ("a1", "LEADING_ASSISTANT"),
+        ("t1", "TOOL_GROUP"),
+    ]
+    assert [d.id for d in plan.kept] == ["sys", "lore", "u2", "a2", "u3"]
+    assert plan.kept[0].reason == "PROTECTED_SYSTEM" and plan.kept[-1].reason == "PINNED"
+    assert plan.prompt_tokens == sum(d.tokens for d in plan.kept) <= plan.budget
+    assert plan.profile == "heuristic" and plan.approximate
+    assert plan.compaction == pb.CompactionNote(was_compacted=True, original_count=8, compacted_count=5)
+    assert plan.messages.format == pb.OUTPUT_FORMAT_INPUT
+    assert [m["id"] for m in json.loads(plan.messages.messages_json)] == [d.id for d in plan.kept]
+
+
+def test_generation_id_is_kept_when_given(channel: grpc.Channel) -> None:
+    response = stub(channel).ShiftContext(
+        pb.ShiftContextRequest(blocks=TYPED, generation_id="g-42"), timeout=10
+    )
+    assert response.generation_id == "g-42"
+
+
+def test_json_and_typed_blocks_give_identical_plans(channel: grpc.Channel) -> None:
+    options = struct_pb2.Struct()
+    options.update({"max_block_chars": 200, "start_on_user": True})
+    common: dict[str, Any] = {
+        "context_limit": 1180,
+        "response_reserve": 300,
+        "options": options,
+        "output_format": pb.OUTPUT_FORMAT_OPENAI_CHAT,
+    }
+    typed = stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, **common), timeout=10).plan
+    as_json = (
+        stub(channel)
+        .PreviewContext(pb.PreviewContextRequest(blocks_json=json.dumps(AS_JSON), **common), timeout=10)
+        .plan
+    )
+    assert typed.truncated and typed.excluded  # the comparison covers a cut and a removal
+    assert typed == as_json
+    # And both are what the library says for the same input.
+    lib = contextshift.shift_context(
+        AS_JSON, budget=contextshift.Budget(1180, 300), options={"max_block_chars": 200}
+    )
+    assert [(d.id, d.tokens, d.reason) for d in typed.kept] == [(d.id, d.tokens, d.reason) for d in lib.kept]
+
+
+@pytest.mark.parametrize(
+    ("output_format", "expected_roles"),
+    [
+        (
+            pb.OUTPUT_FORMAT_OPENAI_CHAT,
+            ["system", "system", "user", "assistant", "tool", "user", "assistant", "user"],
+        ),
+        (pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES, ["user", "assistant", "user", "assistant", "user"]),
+    ],
+)
+def test_provider_formats(channel: grpc.Channel, output_format: int, expected_roles: list[str]) -> None:
+    plan = (
+        stub(channel)
+        .ShiftContext(
+            pb.ShiftContextRequest(blocks=TYPED, output_format=output_format, context_limit=100_000),
+            timeout=10,
+        )
+        .plan
+    )
+    messages = json.loads(plan.messages.messages_json)
+    assert [m["role"] for m in messages] == expected_roles
+    if output_format == pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
+        assert plan.messages.system.startswith("You are Ada") and "Returns: 30 days." in plan.messages.system
+        assert messages[1]["content"][0] == {
+            "type": "tool_use",
+            "id": "call-1",
+            "name": "order_status",
+            "input": {"order": 1234},
+        }
+
+
+def test_default_budget_is_design_default(channel: grpc.Channel) -> None:
+    plan = stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED), timeout=10).plan
+    assert (plan.context_limit, plan.response_reserve, plan.budget) == (128_000, 64_000, 64_000)
+
+
+def test_budget_defaults_come_from_the_environment(tmp_path: Any) -> None:
+    running = start_server(tmp_path, env={"LLM_CONTEXT_SIZE": "32000", "LLM_MAX_OUTPUT_TOKENS": "8000"})
+    try:
+        with grpc.insecure_channel(running.address) as chan:
+            plan = stub(chan).PreviewContext(pb.PreviewContextRequest(blocks=TYPED), timeout=10).plan
+        assert (plan.context_limit, plan.response_reserve, plan.budget) == (32_000, 8_000, 24_000)
+    finally:
+        assert running.terminate() == 0
+
+
+def test_count_tokens(channel: grpc.Channel) -> None:
+    response = stub(channel).CountTokens(
+        pb.CountTokensRequest(items=[pb.CountItem(text="hello world"), pb.CountItem(block=TYPED[0])]),
+        timeout=10,
+    )
+    assert list(response.counts) == contextshift.count_tokens(["hello world", AS_JSON[0]])
+    assert response.total == sum(response.counts) and response.profile == "heuristic" and response.approximate
+
+
+def test_count_tokens_unknown_model_falls_back_with_a_warning(channel: grpc.Channel) -> None:
+    response = stub(channel).CountTokens(
+        pb.CountTokensRequest(items=[pb.CountItem(text="hi")], model="no-such-model"), timeout=10
+    )
+    assert response.profile == "heuristic" and "no-such-model" in response.warnings[0]
+
+
+def test_list_tokenizer_profiles(channel: grpc.Channel) -> None:
+    response = stub(channel).ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=10)
+    assert pb.TokenizerProfile(name="heuristic", approximate=True) in response.profiles
+
+
+@pytest.mark.parametrize(
+    ("rpc", "request_message"),
+    [
+        ("GetContextAudit", pb.GetContextAuditRequest(chat_id="c1")),
+        ("DeleteChat", pb.DeleteChatRequest(chat_id="c1")),
+        ("FinishGeneration", pb.FinishGenerationRequest(generation_id="g", reported_prompt_tokens=10)),
+    ],
+)
+def test_store_rpcs_are_unimplemented_not_faked(
+    channel: grpc.Channel, rpc: str, request_message: Any
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        getattr(stub(channel), rpc)(request_message, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "not built yet" in (caught.value.details() or "")
+
+
+def test_echo_returns_its_payload(channel: grpc.Channel) -> None:
+    payload = pb.ShiftContextRequest(blocks=TYPED)
+    echo = echo_service_pb2_grpc.EchoServiceStub(channel)
+    assert echo.Echo(echo_service_pb2.EchoRequest(payload=payload), timeout=10).payload == payload
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_token_budget_exceeded_is_failed_precondition_with_error_info(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED, context_limit=40), timeout=10)
+    code, (info,) = details(caught.value)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert (info.reason, info.domain) == ("TOKEN_BUDGET_EXCEEDED", "contextshift.v1")
+    assert dict(info.metadata) == {"protected_tokens": info.metadata["protected_tokens"], "budget": "20"}
+    assert int(info.metadata["protected_tokens"]) > 20
+
+
+def test_bad_json_blocks_name_index_and_field(channel: grpc.Channel) -> None:
+    blocks = [
+        {"role": "user", "content": "hi"},
+        {"role": "robot", "content": "x"},
+        {"role": "user", "relevance": "high"},
+    ]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks_json=json.dumps(blocks)), timeout=10)
+    assert set(violations(caught.value)) == {"blocks[1].role", "blocks[2].relevance"}
+
+
+def test_bad_typed_blocks_name_the_proto_fields(channel: grpc.Channel) -> None:
+    blocks = [
+        block_pb2.Block(role=block_pb2.ROLE_USER, parts=[block_pb2.Part(tool_result=block_pb2.ToolResult())]),
+        block_pb2.Block(id="x", role=block_pb2.ROLE_ASSISTANT, tool_calls=[block_pb2.ToolCall(id="")]),
+        block_pb2.Block(id="x", role=block_pb2.ROLE_USER, relevance=float("nan")),
+    ]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=blocks), timeout=10)
+    assert set(violations(caught.value)) == {
+        "blocks[0].parts[0].tool_result.tool_call_id",
+        "blocks[1].tool_calls[0].id",
+        "blocks[2].id",  # repeats blocks[1]'s
+        "blocks[2].relevance",
+    }
+
+
+def test_typed_block_without_role_or_with_both_contents(channel: grpc.Channel) -> None:
+    for block, field in [
+        (block_pb2.Block(content="hi"), "blocks[0].role"),
+        (
+            block_pb2.Block(role=block_pb2.ROLE_USER, content="a", parts=[block_pb2.Part(text="b")]),
+            "blocks[0].content",
+        ),
+        (block_pb2.Block(role=block_pb2.ROLE_USER, parts=[block_pb2.Part()]), "blocks[0].parts[0]"),
+    ]:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=[block]), timeout=10)
+        assert list(violations(caught.value)) == [field]
+
+
+def test_bad_options_budget_profile_strategy(channel: grpc.Channel) -> None:
+    options = struct_pb2.Struct()
+    options.update({"max_block_chars": 100.5, "pinned_cap": 3, "nope": True})
+    cases: list[tuple[dict[str, Any], set[str]]] = [
+        ({"options": options}, {"options.max_block_chars", "options.pinned_cap", "options.nope"}),
+        ({"context_limit": 0}, {"context_limit"}),
+        ({"response_reserve": -1}, {"response_reserve"}),
+        ({"profile": "no-such-profile"}, {"profile"}),
+        ({"strategy": "no-such-strategy"}, {"strategy"}),
+        ({"blocks_json": "[]"}, {"blocks_json"}),  # together with typed blocks
+        ({"output_format": 99}, {"output_format"}),
+    ]
+    for fields, expected in cases:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED, **fields), timeout=10)
+        assert set(violations(caught.value)) == expected, fields
+
+
+def test_malformed_json_is_invalid_argument(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks_json='[{"role": "user"'), timeout=10)
+    assert list(violations(caught.value)) == ["blocks_json"]
+
+
+def test_count_tokens_bad_typed_block(channel: grpc.Channel) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).CountTokens(
+            pb.CountTokensRequest(items=[pb.CountItem(), pb.CountItem(block=block_pb2.Block())])
+        )
+    assert set(violations(caught.value)) == {"items[0]"}
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).CountTokens(pb.CountTokensRequest(items=[pb.CountItem(block=block_pb2.Block())]))
+    assert set(violations(caught.value)) == {"items[0].block.role"}
+
+
+def test_oversize_request_and_overload_are_resource_exhausted(tmp_path: Any) -> None:
+    running = start_server(tmp_path, "--max-request-bytes", "65536", "--max-concurrent-rpcs", "1")
+    try:
+        with grpc.insecure_channel(running.address) as chan:
+            with pytest.raises(grpc.RpcError) as caught:
+                stub(chan).PreviewContext(
+                    pb.PreviewContextRequest(blocks_json="[" + " " * 70_000 + "]"), timeout=10
+                )
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            # A health Watch stream holds the only slot; the next call is refused, not queued.
+            watch = health_pb2_grpc.HealthStub(chan).Watch(
+                health_pb2.HealthCheckRequest(service=""), timeout=10
+            )
+            assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as caught:
+                stub(chan).PreviewContext(pb.PreviewContextRequest(blocks=TYPED), timeout=10)
+            assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            watch.cancel()
+    finally:
+        assert running.terminate() == 0
+
+
+# --- health, reflection, deadlines, cancellation ------------------------------------------------
+
+
+def test_health_serving(server: ServerProcess) -> None:
+    for service in ("", "contextshift.v1.ContextShiftService"):
+        assert health_status(server.address, service) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> None:
+    database = ProtoReflectionDescriptorDatabase(channel)
+    assert {"contextshift.v1.ContextShiftService", "grpc.health.v1.Health"} <= set(database.get_services())
+    service = descriptor_pool.DescriptorPool(database).FindServiceByName(
+        "contextshift.v1.ContextShiftService"
+    )
+    assert {m.name for m in service.methods} == {
+        "ShiftContext",
+        "PreviewContext",
+        "CountTokens",
+        "ListTokenizerProfiles",
+        "GetContextAudit",
+        "FinishGeneration",
+        "DeleteChat",
+    }
+
+
+def test_deadline_expiry(gated: tuple[ServerProcess, Gate]) -> None:
+    server, gate = gated
+    request = pb.PreviewContextRequest(blocks=TYPED)
+    with grpc.insecure_channel(server.address) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            stub(channel).PreviewContext(request, timeout=0.5)  # the gate holds the engine past it
+        assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        gate.open()
+        # The server goes on serving, and logged the call as expired.
+        assert stub(channel).PreviewContext(request, timeout=10).plan.kept
+    wait_for_log(server, "/contextshift.v1.ContextShiftService/PreviewContext", "DEADLINE_EXCEEDED")
+
+
+def test_cancellation(gated: tuple[ServerProcess, Gate]) -> None:
+    server, gate = gated
+    request = pb.ShiftContextRequest(blocks=TYPED)
+
+    async def cancel_in_flight() -> None:
+        async with grpc.aio.insecure_channel(server.address) as chan:
+            call = context_service_pb2_grpc.ContextShiftServiceStub(chan).ShiftContext(request, timeout=30)
+            await asyncio.get_running_loop().run_in_executor(None, gate.wait_entered)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            assert await call.code() == grpc.StatusCode.CANCELLED
+
+    asyncio.run(cancel_in_flight())
+    gate.open()
+    wait_for_log(server, "/contextshift.v1.ContextShiftService/ShiftContext", "CANCELLED")
+
+
+def wait_for_log(server: ServerProcess, method: str, status: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(line.get("method") == method and line.get("status") == status for line in server.log_lines()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no {status} log line for {method}")
+
+
+def test_log_lines_carry_no_message_content(server: ServerProcess, channel: grpc.Channel) -> None:
+    stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED), timeout=10)
+    text = server.log_path.read_text()
+    assert "bicycle" not in text and "sealant" not in text
+    line = next(x for x in reversed(server.log_lines()) if x.get("method", "").endswith("/ShiftContext"))
+    assert {"method", "status", "duration_ms", "blocks", "tokens", "pid"} <= line.keys()
+
+
+def test_concurrent_calls_all_answered(channel: grpc.Channel) -> None:
+    results: list[int] = []
+
+    def call() -> None:
+        plan = (
+            stub(channel)
+            .PreviewContext(pb.PreviewContextRequest(blocks=TYPED, context_limit=1200), timeout=10)
+            .plan
+        )
+        results.append(plan.prompt_tokens)
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 16 and len(set(results)) == 1
