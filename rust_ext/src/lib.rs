@@ -6,18 +6,20 @@
 //! `PanicException` derives from `BaseException`, which servers such as grpcio do not answer.
 
 mod convert;
+mod wire;
 
 use contextshift_core::cache::{self, CacheStats};
 use contextshift_core::count::batch;
+use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::{
-    block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, parse_values,
-    plan_removal, profile_by_name, protection, Block, CharCut, Groups, Node, PlanInput, Profile, ProfileError,
-    ProfileInfo, Reason, Role, Shape, Violation,
+    block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
+    profile_by_name, protection, Block, CharCut, Groups, Node, PlanInput, Profile, ProfileError, ProfileInfo, Reason,
+    Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyBytes, PyList, PyString};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -82,8 +84,22 @@ struct Conversation {
     blocks: Vec<Block>,
     cuts: Vec<CharCut>,
     groups: Groups,
-    /// The parsed blocks when they came as JSON text: the source of `json_messages`.
-    json: Option<Vec<Value>>,
+    /// The input when it came as JSON text, and where each block lies in it: the source of
+    /// `json_messages` and `messages_json`.
+    json: Option<JsonSource>,
+}
+
+struct JsonSource {
+    text: String,
+    spans: Vec<(usize, usize)>,
+}
+
+impl JsonSource {
+    fn block_text(&self, index: usize) -> PyResult<&str> {
+        let &(start, len) =
+            self.spans.get(index).ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))?;
+        Ok(&self.text[start..start + len])
+    }
 }
 
 /// Block token counts of one conversation under one profile.
@@ -166,6 +182,16 @@ struct Plan {
     total: u64,
 }
 
+impl Conversation {
+    fn json_source(&self) -> PyResult<&JsonSource> {
+        self.json.as_ref().ok_or_else(|| PyValueError::new_err("conversation was not read from JSON"))
+    }
+
+    fn cut_messages(&self) -> HashMap<usize, &Value> {
+        self.cuts.iter().map(|c| (c.index, &c.message)).collect()
+    }
+}
+
 #[pymethods]
 impl Conversation {
     #[new]
@@ -183,42 +209,64 @@ impl Conversation {
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
         guarded(|| {
-            let bytes: Vec<u8> = if let Ok(s) = text.cast::<PyString>() {
-                s.to_str()?.as_bytes().to_vec()
+            let text: String = if let Ok(s) = text.cast::<PyString>() {
+                s.to_str()?.to_owned()
+            } else if let Ok(b) = text.cast::<PyBytes>() {
+                String::from_utf8(b.as_bytes().to_vec())
+                    .map_err(|e| not_a_list("blocks_json", format!("not UTF-8: {e}")))?
             } else {
-                text.extract::<Vec<u8>>().map_err(|_| not_a_list("blocks_json", "must be str or bytes".to_owned()))?
+                return Err(not_a_list("blocks_json", "must be str or bytes".to_owned()));
             };
             py.detach(|| {
-                let values: Vec<Value> = serde_json::from_slice(&bytes).map_err(|e| {
-                    vec![Violation {
-                        index: 0,
-                        field: "blocks_json".to_owned(),
-                        description: format!("not a JSON array of blocks: {e}"),
-                    }]
-                })?;
-                let conv = parse_values(&values, max_block_chars, "blocks")?;
+                let parsed = parse_json_blocks(&text, max_block_chars, "blocks_json")?;
+                let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
-                Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json: Some(values) })
+                let json = Some(JsonSource { text, spans: parsed.spans });
+                Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json })
             })
             .map_err(invalid_blocks)
         })
     }
 
-    /// The messages of the given blocks, for a conversation read by `from_json`: the parsed JSON,
-    /// with the char cap's cut text in place.
+    /// The messages of the given blocks, for a conversation read by `from_json`, as dicts: the
+    /// parsed JSON, with the char cap's cut text in place.
     fn json_messages<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         guarded(|| {
-            let json =
-                self.json.as_ref().ok_or_else(|| PyValueError::new_err("conversation was not read from JSON"))?;
-            let cut_messages: HashMap<usize, &Value> = self.cuts.iter().map(|c| (c.index, &c.message)).collect();
+            let json = self.json_source()?;
+            let cut_messages = self.cut_messages();
             indices
                 .iter()
-                .map(|&i| {
-                    let value = cut_messages.get(&i).copied().or_else(|| json.get(i));
-                    let value = value.ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))?;
-                    convert::value_to_py(py, value)
+                .map(|&i| match cut_messages.get(&i) {
+                    Some(message) => convert::value_to_py(py, message),
+                    None => {
+                        let value: Value = serde_json::from_str(json.block_text(i)?)
+                            .map_err(|e| InternalError::new_err(format!("block {i} no longer parses: {e}")))?;
+                        convert::value_to_py(py, &value)
+                    }
                 })
                 .collect()
+        })
+    }
+
+    /// The same messages as one JSON array text: each block's own text from the input (the char
+    /// cap's cut blocks re-serialized), so nothing is re-encoded.
+    fn messages_json(&self, indices: Vec<usize>) -> PyResult<String> {
+        guarded(|| {
+            let json = self.json_source()?;
+            let cut_messages = self.cut_messages();
+            let mut out = String::with_capacity(json.text.len() + 2);
+            out.push('[');
+            for (k, &i) in indices.iter().enumerate() {
+                if k > 0 {
+                    out.push(',');
+                }
+                match cut_messages.get(&i) {
+                    Some(message) => out.push_str(&message.to_string()),
+                    None => out.push_str(json.block_text(i)?),
+                }
+            }
+            out.push(']');
+            Ok(out)
         })
     }
 
@@ -419,6 +467,30 @@ impl From<&ProfileInfo> for ProfileDescription {
     }
 }
 
+/// Protobuf wire encoding of `decisions` as the repeated message field `field_number` (whose
+/// message is `{string id = 1; int64 tokens = 2; string reason = 3}`, as
+/// `contextshift.v1.BlockDecision`). The gRPC layer merges it into a reply in one C call instead
+/// of building a Python message per block.
+#[pyfunction]
+fn encode_decisions<'py>(
+    py: Python<'py>,
+    decisions: Vec<PyRef<'py, BlockDecision>>,
+    field_number: u32,
+) -> PyResult<Bound<'py, PyBytes>> {
+    guarded(|| {
+        let mut out = Vec::with_capacity(decisions.len() * 32);
+        let mut message = Vec::with_capacity(64);
+        for decision in &decisions {
+            message.clear();
+            wire::put_bytes(&mut message, 1, decision.id.bind(py).to_str()?.as_bytes());
+            wire::put_varint(&mut message, 2, decision.tokens);
+            wire::put_bytes(&mut message, 3, decision.reason.bind(py).to_str()?.as_bytes());
+            wire::put_bytes(&mut out, field_number, &message);
+        }
+        Ok(PyBytes::new(py, &out))
+    })
+}
+
 /// Every built-in profile, described without loading a vocabulary.
 #[pyfunction]
 fn profiles() -> Vec<ProfileDescription> {
@@ -463,6 +535,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_decisions, m)?)?;
     m.add_class::<ProfileDescription>()?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
     m.add_function(wrap_pyfunction!(describe_profile, m)?)?;

@@ -14,6 +14,7 @@ from contextshift._core import (
     count_cache_stats,
     count_items,
     describe_profile,
+    encode_decisions,
     profiles,
 )
 
@@ -28,5 +29,6 @@ __all__ = [
     "count_cache_stats",
     "count_items",
     "describe_profile",
+    "encode_decisions",
     "profiles",
 ]

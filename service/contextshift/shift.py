@@ -3,9 +3,11 @@ Rust core."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from contextshift import calibration, engine
 from contextshift.budget import Budget, resolve_budget
@@ -24,6 +26,13 @@ class Truncation:
     how: str
 
 
+class MessageSource(Protocol):
+    """The kept messages of a shift, as dicts or as one JSON array text."""
+
+    def as_list(self) -> list[Mapping[str, Any]]: ...
+    def as_json(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class ShiftResult:
     kept: list[BlockDecision]
@@ -34,8 +43,6 @@ class ShiftResult:
     profile: str
     approximate: bool
     warnings: list[str]
-    # The kept blocks as given, in order; a block the char cap cut is a copy with the cut text.
-    messages: list[Mapping[str, Any]]
     # The model the profile was resolved from or given with, if any (the calibration key).
     model: str | None = field(default=None, kw_only=True)
     # An approximate profile's counts times the model's calibration (contextshift.calibration):
@@ -43,6 +50,39 @@ class ShiftResult:
     # `budget`. Block tokens and `prompt_tokens` stay raw.
     calibration_factor: float = field(default=1.0, kw_only=True)
     calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
+    # Where `messages` come from; built only when asked for (a server sends JSON text, not dicts).
+    kept_messages: MessageSource = field(kw_only=True, repr=False, compare=False)
+
+    @functools.cached_property
+    def messages(self) -> list[Mapping[str, Any]]:
+        """The kept blocks as given, in order; a block the char cap cut is a copy with the cut
+        text. Dict input gives the caller's own dicts; JSON input gives fresh ones."""
+        return self.kept_messages.as_list()
+
+    def messages_json(self) -> str:
+        """`messages` as one JSON array text. For JSON input each kept block is its own text from
+        the input, byte for byte (cut blocks re-serialized), with no decoding and re-encoding."""
+        return self.kept_messages.as_json()
+
+
+@dataclass(frozen=True)
+class KeptMessages:
+    """The kept blocks of a shift, in order, from the input they came in."""
+
+    blocks: Sequence[Mapping[str, Any]] | str | bytes
+    conversation: engine.Conversation
+    kept: list[int]
+    cuts: dict[int, Mapping[str, Any]]
+
+    def as_list(self) -> list[Mapping[str, Any]]:
+        if isinstance(self.blocks, str | bytes):
+            return list(self.conversation.json_messages(self.kept))
+        return [self.cuts.get(i, self.blocks[i]) for i in self.kept]
+
+    def as_json(self) -> str:
+        if isinstance(self.blocks, str | bytes):
+            return self.conversation.messages_json(self.kept)
+        return json.dumps(self.as_list(), ensure_ascii=False)
 
 
 def shift_context(
@@ -92,12 +132,7 @@ def shift_context(
         )
 
     cuts = conversation.cuts(resolution.profile)
-    messages: list[Mapping[str, Any]]
-    if isinstance(blocks, str | bytes):
-        messages = list(conversation.json_messages(plan.kept))
-    else:
-        cut_messages: dict[int, Mapping[str, Any]] = {index: message for index, *_, message in cuts}
-        messages = [cut_messages.get(i, blocks[i]) for i in plan.kept]
+    cut_messages: dict[int, Mapping[str, Any]] = {index: message for index, *_, message in cuts}
     return ShiftResult(
         kept=plan.kept_decisions,
         excluded=plan.excluded_decisions,
@@ -109,8 +144,8 @@ def shift_context(
         warnings=resolution.warnings
         + resolved.warnings
         + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
-        messages=messages,
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
+        kept_messages=KeptMessages(blocks, conversation, plan.kept, cut_messages),
     )

@@ -10,6 +10,7 @@ pub mod count;
 pub mod counter;
 pub mod group;
 pub mod image;
+pub mod json_doc;
 pub mod json_text;
 pub mod parse;
 pub mod plan;

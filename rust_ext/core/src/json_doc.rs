@@ -1,0 +1,199 @@
+//! JSON text from clients (`blocks_json`), read without building `serde_json::Value`s: each
+//! top-level element is kept as its raw text (so the kept blocks go back out as the caller sent
+//! them, byte for byte) and parsed into a borrowed document whose strings point into the input.
+
+use crate::parse::{parse_conversation, Conversation, Node, Shape, Violation};
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Number, Value};
+use std::borrow::Cow;
+use std::fmt;
+
+/// A JSON node borrowing its strings from the input where it has no escapes.
+pub enum Doc<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Cow<'a, str>),
+    List(Vec<Doc<'a>>),
+    Object(Vec<(Cow<'a, str>, Doc<'a>)>),
+}
+
+impl<'de> Deserialize<'de> for Doc<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DocVisitor)
+    }
+}
+
+/// An object key or string, borrowed when the input allows.
+struct CowStr<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for CowStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        match Doc::deserialize(deserializer)? {
+            Doc::Str(s) => Ok(CowStr(s)),
+            _ => Err(serde::de::Error::custom("object key must be a string")),
+        }
+    }
+}
+
+struct DocVisitor;
+
+impl<'de> Visitor<'de> for DocVisitor {
+    type Value = Doc<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Doc<'de>, E> {
+        Ok(Doc::Null)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<Doc<'de>, E> {
+        Ok(Doc::Bool(b))
+    }
+
+    fn visit_i64<E>(self, i: i64) -> Result<Doc<'de>, E> {
+        Ok(Doc::Int(i))
+    }
+
+    fn visit_u64<E>(self, u: u64) -> Result<Doc<'de>, E> {
+        Ok(i64::try_from(u).map(Doc::Int).unwrap_or(Doc::Float(u as f64)))
+    }
+
+    fn visit_f64<E>(self, f: f64) -> Result<Doc<'de>, E> {
+        Ok(Doc::Float(f))
+    }
+
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Doc<'de>, E> {
+        Ok(Doc::Str(Cow::Borrowed(s)))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<Doc<'de>, E> {
+        Ok(Doc::Str(Cow::Owned(s.to_owned())))
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<Doc<'de>, E> {
+        Ok(Doc::Str(Cow::Owned(s)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Doc<'de>, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Doc::List(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Doc<'de>, A::Error> {
+        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(0));
+        while let Some((CowStr(key), value)) = map.next_entry()? {
+            entries.push((key, value));
+        }
+        Ok(Doc::Object(entries))
+    }
+}
+
+impl<'a> Node for &Doc<'a> {
+    fn shape(&self) -> Shape<'_> {
+        match self {
+            Doc::Null => Shape::Null,
+            Doc::Bool(b) => Shape::Bool(*b),
+            Doc::Int(i) => Shape::Int(*i),
+            Doc::Float(f) => Shape::Float(*f),
+            Doc::Str(s) => Shape::Str(s),
+            Doc::List(_) => Shape::List,
+            Doc::Object(_) => Shape::Object,
+        }
+    }
+
+    fn for_each_entry(&self, f: &mut dyn FnMut(&str, Self)) {
+        if let Doc::Object(entries) = self {
+            for (key, value) in entries {
+                f(key, value);
+            }
+        }
+    }
+
+    fn items(&self) -> Vec<Self> {
+        match self {
+            Doc::List(items) => items.iter().collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn to_json(&self) -> Result<Value, String> {
+        Ok(match self {
+            Doc::Null => Value::Null,
+            Doc::Bool(b) => Value::Bool(*b),
+            Doc::Int(i) => Value::Number((*i).into()),
+            Doc::Float(f) => Number::from_f64(*f).map(Value::Number).unwrap_or(Value::Null),
+            Doc::Str(s) => Value::String(s.to_string()),
+            Doc::List(items) => Value::Array(items.iter().map(|i| i.to_json()).collect::<Result<_, _>>()?),
+            Doc::Object(entries) => {
+                let mut map = Map::with_capacity(entries.len());
+                for (key, value) in entries {
+                    map.insert(key.to_string(), value.to_json()?);
+                }
+                Value::Object(map)
+            }
+        })
+    }
+}
+
+/// A conversation read from JSON text, with where each block's text lies in that input.
+#[derive(Debug)]
+pub struct JsonConversation {
+    pub conversation: Conversation,
+    /// Byte range of each top-level element in the input.
+    pub spans: Vec<(usize, usize)>,
+}
+
+/// Parses a JSON array of blocks. A malformed document is one violation on `field`.
+pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Result<JsonConversation, Vec<Violation>> {
+    let whole = |description: String| vec![Violation { index: 0, field: field.to_owned(), description }];
+    let raws: Vec<&RawValue> =
+        serde_json::from_str(text).map_err(|e| whole(format!("not a JSON array of blocks: {e}")))?;
+    let base = text.as_ptr() as usize;
+    let spans = raws.iter().map(|raw| (raw.get().as_ptr() as usize - base, raw.get().len())).collect();
+    let docs = raws
+        .iter()
+        .map(|raw| serde_json::from_str::<Doc>(raw.get()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| whole(format!("not a JSON array of blocks: {e}")))?;
+    let nodes: Vec<&Doc> = docs.iter().collect();
+    let conversation = parse_conversation(&nodes, max_block_chars, "blocks")?;
+    Ok(JsonConversation { conversation, spans })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::parse_values;
+    use serde_json::json;
+
+    #[test]
+    fn reads_like_values_and_keeps_spans() {
+        let blocks = json!([
+            {"id": "a", "role": "user", "content": "caf\u{e9} \"quoted\"", "meta": {"n": 18446744073709551615u64}},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "input": {"x": [1, 2.5, null]}}]}
+        ]);
+        let text = format!(" {}\n", serde_json::to_string_pretty(&blocks).unwrap());
+        let from_doc = parse_json_blocks(&text, 50_000, "blocks_json").unwrap();
+        let from_values = parse_values(blocks.as_array().unwrap(), 50_000, "blocks").unwrap();
+        assert_eq!(from_doc.conversation.blocks, from_values.blocks);
+        let (start, len) = from_doc.spans[1];
+        let element: Value = serde_json::from_str(&text[start..start + len]).unwrap();
+        assert_eq!(element, blocks[1]);
+    }
+
+    #[test]
+    fn malformed_text_is_one_violation() {
+        let err = parse_json_blocks("[{]", 100, "blocks_json").unwrap_err();
+        assert_eq!(err.len(), 1);
+        assert_eq!(err[0].field, "blocks_json");
+        assert!(parse_json_blocks("{}", 100, "blocks_json").is_err());
+    }
+}
