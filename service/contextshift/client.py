@@ -6,7 +6,11 @@
 Blocks go as JSON text (`blocks_json`, parsed by the server's engine), so any shape the library
 accepts works. Results come back as `ShiftResult` (with the server's extras), and the service's
 errors are raised as the library's: `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`.
-Other failures (unavailable, deadline, ...) stay `grpc.RpcError`.
+Other failures (unavailable, deadline, an unknown generation's NOT_FOUND, ...) stay `grpc.RpcError`.
+
+`finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports the provider's
+prompt tokens, which calibrates the model's approximate counts on the server process that served
+the ShiftContext (use the same client).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from grpc_status import rpc_status
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.budget import Budget
+from contextshift.calibration import Calibration
 from contextshift.engine import BlockDecision
 from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
 from contextshift.profiles import ProfileInfo
@@ -38,6 +43,16 @@ OUTPUT_FORMATS = {
     "openai_chat": pb.OUTPUT_FORMAT_OPENAI_CHAT,
     "anthropic_messages": pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES,
 }
+GENERATION_STATUSES = {
+    "completed": pb.GENERATION_STATUS_COMPLETED,
+    "failed": pb.GENERATION_STATUS_FAILED,
+    "cancelled": pb.GENERATION_STATUS_CANCELLED,
+}
+_EXACTNESS = {
+    pb.EXACTNESS_EXACT: "exact",
+    pb.EXACTNESS_TEXT_EXACT: "text-exact",
+    pb.EXACTNESS_APPROXIMATE: "approximate",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +64,30 @@ class RemoteShiftResult(ShiftResult):
     response_reserve: int
     system: str  # Anthropic's top-level system text (output_format="anthropic_messages")
     was_compacted: bool
+
+
+@dataclass(frozen=True)
+class FinishResult:
+    """The answer to `finish_generation`."""
+
+    # True when the reported prompt tokens fed the model's calibration (see the .proto for when not).
+    calibration_recorded: bool
+    # The model's calibration on the server process after the call, if it has one.
+    calibration: Calibration | None
+
+
+@dataclass(frozen=True)
+class JsonMessages:
+    """The provider messages of a reply, decoded only when asked for."""
+
+    text: str
+
+    def as_list(self) -> list[Mapping[str, Any]]:
+        messages: list[Mapping[str, Any]] = json.loads(self.text)
+        return messages
+
+    def as_json(self) -> str:
+        return self.text
 
 
 class PreviewArgs(TypedDict, total=False):
@@ -111,12 +150,55 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         profile=plan.profile,
         approximate=plan.approximate,
         warnings=list(plan.warnings),
-        messages=json.loads(plan.messages.messages_json or "[]"),
+        kept_messages=JsonMessages(plan.messages.messages_json or "[]"),
         generation_id=generation_id,
         context_limit=plan.context_limit,
         response_reserve=plan.response_reserve,
         system=plan.messages.system,
         was_compacted=plan.compaction.was_compacted,
+        model=plan.model or None,
+        calibration_factor=plan.calibration_factor,
+        calibrated_prompt_tokens=plan.calibrated_prompt_tokens,
+    )
+
+
+def _profile_info(p: pb.TokenizerProfile) -> ProfileInfo:
+    return ProfileInfo(
+        p.name,
+        p.approximate,
+        exactness=_EXACTNESS.get(p.exactness, "approximate" if p.approximate else "exact"),
+        source=p.source,
+        licence=p.licence,
+        vocab_size=p.vocab_size if p.HasField("vocab_size") else None,
+        message_overhead=dict(p.message_overhead),
+        name_overhead=p.name_overhead if p.HasField("name_overhead") else None,
+        prompt_overhead=p.prompt_overhead,
+        image_rule=p.image_rule,
+        overhead_source=p.overhead_source,
+    )
+
+
+def _finish_request(
+    generation_id: str, status: str, reported_prompt_tokens: int | None, error_code: str, chat_id: str
+) -> pb.FinishGenerationRequest:
+    if status not in GENERATION_STATUSES:
+        raise InvalidOptions(
+            [("status", f"unknown status {status!r} (one of {', '.join(GENERATION_STATUSES)})")]
+        )
+    return pb.FinishGenerationRequest(
+        chat_id=chat_id,
+        generation_id=generation_id,
+        status=GENERATION_STATUSES[status],
+        error_code=error_code,
+        reported_prompt_tokens=reported_prompt_tokens,
+    )
+
+
+def _finish_result(response: pb.FinishGenerationResponse) -> FinishResult:
+    c = response.calibration
+    return FinishResult(
+        response.calibration_recorded,
+        Calibration(c.model, c.factor, c.samples) if response.HasField("calibration") else None,
     )
 
 
@@ -189,8 +271,27 @@ class Client:
             raise library_error(e) from e
 
     def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
+        """Every profile the server counts with, as `contextshift.profiles.list_profiles()` gives."""
         response = self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
-        return [ProfileInfo(p.name, p.approximate) for p in response.profiles]
+        return [_profile_info(p) for p in response.profiles]
+
+    def finish_generation(
+        self,
+        generation_id: str,
+        status: str = "completed",
+        *,
+        reported_prompt_tokens: int | None = None,
+        error_code: str = "",
+        chat_id: str = "",
+        timeout: float | None = None,
+    ) -> FinishResult:
+        """Reports how a generation ended ("completed", "failed" with `error_code`, "cancelled") and
+        the provider's prompt tokens, which calibrate the model's approximate counts."""
+        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        try:
+            return _finish_result(self._stub.FinishGeneration(request, timeout=timeout))
+        except grpc.RpcError as e:
+            raise library_error(e) from e
 
 
 class AsyncClient:
@@ -240,4 +341,20 @@ class AsyncClient:
 
     async def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
         response = await self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
-        return [ProfileInfo(p.name, p.approximate) for p in response.profiles]
+        return [_profile_info(p) for p in response.profiles]
+
+    async def finish_generation(
+        self,
+        generation_id: str,
+        status: str = "completed",
+        *,
+        reported_prompt_tokens: int | None = None,
+        error_code: str = "",
+        chat_id: str = "",
+        timeout: float | None = None,
+    ) -> FinishResult:
+        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        try:
+            return _finish_result(await self._stub.FinishGeneration(request, timeout=timeout))
+        except grpc.RpcError as e:
+            raise library_error(e) from e

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 import time
+import uuid
 from typing import Any
 
 import grpc
@@ -17,6 +19,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 from grpc_status import rpc_status
 
 import contextshift
+from contextshift import profiles
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2_grpc
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
@@ -208,9 +211,74 @@ def test_budget_defaults_come_from_the_environment(tmp_path: Any) -> None:
     try:
         with grpc.insecure_channel(running.address) as chan:
             plan = stub(chan).PreviewContext(pb.PreviewContextRequest(blocks=TYPED), timeout=10).plan
+            # The environment comes before the model registry (DESIGN.md §5) ...
+            gpt = (
+                stub(chan)
+                .PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
+                .plan
+            )
+            # ... and the request before both.
+            given = (
+                stub(chan)
+                .PreviewContext(
+                    pb.PreviewContextRequest(
+                        blocks=TYPED, model="gpt-4o", context_limit=50_000, response_reserve=10_000
+                    ),
+                    timeout=10,
+                )
+                .plan
+            )
         assert (plan.context_limit, plan.response_reserve, plan.budget) == (32_000, 8_000, 24_000)
+        assert (gpt.profile, gpt.context_limit, gpt.response_reserve) == ("o200k_base", 32_000, 8_000)
+        assert (given.context_limit, given.response_reserve, given.budget) == (50_000, 10_000, 40_000)
     finally:
         assert running.terminate() == 0
+
+
+def test_environment_window_wins_over_the_registry_and_the_registry_reserve_applies(tmp_path: Any) -> None:
+    running = start_server(tmp_path, env={"LLM_CONTEXT_SIZE": "32000"})
+    try:
+        with grpc.insecure_channel(running.address) as chan:
+            plan = (
+                stub(chan)
+                .PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
+                .plan
+            )
+        # Window from LLM_CONTEXT_SIZE; no LLM_MAX_OUTPUT_TOKENS, so the registry's max output.
+        assert (plan.profile, plan.context_limit, plan.response_reserve) == ("o200k_base", 32_000, 16_384)
+        assert plan.budget == 32_000 - 16_384
+    finally:
+        assert running.terminate() == 0
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # A model alone picks the registry's profile, window and max output.
+        ({"model": "gpt-4o"}, ("o200k_base", False, "gpt-4o", 128_000, 16_384)),
+        ({"model": "gpt-4o-2024-08-06"}, ("o200k_base", False, "gpt-4o-2024-08-06", 128_000, 16_384)),
+        ({"model": "claude-sonnet-4-5"}, ("anthropic", True, "claude-sonnet-4-5", 200_000, 64_000)),
+        # A profile wins over the model's; the model still gives its window.
+        ({"model": "gpt-4o", "profile": "heuristic"}, ("heuristic", True, "gpt-4o", 128_000, 16_384)),
+        # A model named as the profile.
+        ({"profile": "gpt-4o"}, ("o200k_base", False, "gpt-4o", 128_000, 16_384)),
+        # An unknown model: heuristic and the built-in defaults.
+        ({"model": "no-such-model"}, ("heuristic", True, "no-such-model", 128_000, 64_000)),
+        ({}, ("heuristic", True, "", 128_000, 64_000)),
+    ],
+)
+def test_model_picks_profile_and_window_from_the_registry(
+    channel: grpc.Channel, fields: dict[str, Any], expected: tuple[str, bool, str, int, int]
+) -> None:
+    plan = stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, **fields), timeout=10).plan
+    assert (plan.profile, plan.approximate, plan.model, plan.context_limit, plan.response_reserve) == expected
+    assert ("no-such-model" in " ".join(plan.warnings)) == (fields.get("model") == "no-such-model")
+    assert plan.calibration_factor == 1.0 and plan.calibrated_prompt_tokens == plan.prompt_tokens
+    # The counts are the library's with the same profile.
+    lib = contextshift.shift_context(
+        AS_JSON, budget=contextshift.Budget(plan.context_limit, plan.response_reserve), profile=plan.profile
+    )
+    assert plan.prompt_tokens == lib.prompt_tokens
 
 
 def test_count_tokens(channel: grpc.Channel) -> None:
@@ -231,7 +299,23 @@ def test_count_tokens_unknown_model_falls_back_with_a_warning(channel: grpc.Chan
 
 def test_list_tokenizer_profiles(channel: grpc.Channel) -> None:
     response = stub(channel).ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=10)
-    assert pb.TokenizerProfile(name="heuristic", approximate=True) in response.profiles
+    by_name = {p.name: p for p in response.profiles}
+    assert list(by_name) == [p.name for p in profiles.list_profiles()]
+    heuristic, o200k = by_name["heuristic"], by_name["o200k_base"]
+    assert heuristic.approximate and heuristic.exactness == pb.EXACTNESS_APPROXIMATE
+    assert not heuristic.HasField("vocab_size") and not heuristic.HasField("name_overhead")
+    assert dict(heuristic.message_overhead) == {"system": 4, "user": 4, "assistant": 4, "tool": 4}
+    assert heuristic.prompt_overhead == 0 and heuristic.image_rule == "765 per image"
+    assert "semantics.md" in heuristic.source and "semantics.md" in heuristic.overhead_source
+    assert heuristic.licence.startswith("Apache-2.0")
+    assert not o200k.approximate and o200k.exactness == pb.EXACTNESS_EXACT
+    assert o200k.vocab_size == 200_019 and o200k.name_overhead == 1 and o200k.prompt_overhead == 3
+    assert dict(o200k.message_overhead) == {"system": 4, "user": 4, "assistant": 4, "tool": 4}
+    assert "o200k_base" in o200k.source and o200k.licence == "MIT (tiktoken)"
+    assert o200k.image_rule.startswith("OpenAI tiles") and "cookbook" in o200k.overhead_source
+    # Every profile, every field, as the library lists it (through the Python client; not closed:
+    # the channel is the session's).
+    assert contextshift.Client(channel=channel).list_profiles() == profiles.list_profiles()
 
 
 @pytest.mark.parametrize(
@@ -239,7 +323,6 @@ def test_list_tokenizer_profiles(channel: grpc.Channel) -> None:
     [
         ("GetContextAudit", pb.GetContextAuditRequest(chat_id="c1")),
         ("DeleteChat", pb.DeleteChatRequest(chat_id="c1")),
-        ("FinishGeneration", pb.FinishGenerationRequest(generation_id="g", reported_prompt_tokens=10)),
     ],
 )
 def test_store_rpcs_are_unimplemented_not_faked(
@@ -249,6 +332,160 @@ def test_store_rpcs_are_unimplemented_not_faked(
         getattr(stub(channel), rpc)(request_message, timeout=10)
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "not built yet" in (caught.value.details() or "")
+
+
+# --- FinishGeneration: calibration ---------------------------------------------------------------
+
+
+def fresh_claude() -> str:
+    """A model the registry maps to the approximate `anthropic` profile, with no calibration yet on
+    the shared server (calibration is per model name, per process)."""
+    return f"claude-sonnet-4-5-test-{uuid.uuid4().hex[:8]}"
+
+
+def finish(channel: grpc.Channel, generation_id: str, **fields: Any) -> pb.FinishGenerationResponse:
+    request = pb.FinishGenerationRequest(
+        generation_id=generation_id, status=pb.GENERATION_STATUS_COMPLETED, **fields
+    )
+    response: pb.FinishGenerationResponse = stub(channel).FinishGeneration(request, timeout=10)
+    return response
+
+
+def test_finish_generation_calibrates_approximate_counts(channel: grpc.Channel) -> None:
+    model = fresh_claude()
+    first = stub(channel).ShiftContext(
+        pb.ShiftContextRequest(blocks=TYPED, model=model, context_limit=1200, response_reserve=200),
+        timeout=10,
+    )
+    plan = first.plan
+    assert (plan.profile, plan.approximate, plan.model) == ("anthropic", True, model)
+    assert plan.calibration_factor == 1.0 and plan.calibrated_prompt_tokens == plan.prompt_tokens
+    # The provider counted twice the estimate: the ratio 2.0 moves the factor 0.2 of the way from 1.0.
+    response = finish(channel, first.generation_id, reported_prompt_tokens=2 * plan.prompt_tokens)
+    assert response.calibration_recorded
+    assert (response.calibration.model, response.calibration.samples) == (model, 1)
+    assert response.calibration.factor == pytest.approx(1.2)
+    # A retried report for the same generation is not counted twice.
+    again = finish(channel, first.generation_id, reported_prompt_tokens=2 * plan.prompt_tokens)
+    assert not again.calibration_recorded and again.calibration == response.calibration
+
+    later = (
+        stub(channel)
+        .ShiftContext(
+            pb.ShiftContextRequest(blocks=TYPED, model=model, context_limit=1200, response_reserve=200),
+            timeout=10,
+        )
+        .plan
+    )
+    factor = response.calibration.factor
+    assert factor > 1 and later.calibration_factor == pytest.approx(factor)
+    assert later.calibrated_prompt_tokens == math.ceil(later.prompt_tokens * factor - 1e-9)
+    assert later.prompt_tokens < later.calibrated_prompt_tokens <= later.budget == 1000
+    # Block tokens stay raw; the calibrated prompt is fitted, so less of the history fits.
+    assert later.prompt_tokens == sum(d.tokens for d in later.kept)
+    assert len(later.kept) <= len(plan.kept)
+    # PreviewContext applies the calibration too; another model is untouched.
+    preview = (
+        stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model=model), timeout=10).plan
+    )
+    assert preview.calibration_factor == pytest.approx(factor)
+    other = stub(channel).PreviewContext(
+        pb.PreviewContextRequest(blocks=TYPED, model=fresh_claude()), timeout=10
+    )
+    assert other.plan.calibration_factor == 1.0
+
+
+def test_finish_generation_without_a_report_or_for_an_exact_profile_records_nothing(
+    channel: grpc.Channel,
+) -> None:
+    model = fresh_claude()
+    shifted = stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED, model=model), timeout=10)
+    # Status only (FAILED with its code): valid, nothing to calibrate with, no calibration yet.
+    failed = stub(channel).FinishGeneration(
+        pb.FinishGenerationRequest(
+            generation_id=shifted.generation_id,
+            status=pb.GENERATION_STATUS_FAILED,
+            error_code="rate_limited",
+        ),
+        timeout=10,
+    )
+    assert not failed.calibration_recorded and not failed.HasField("calibration")
+    # The status-only call did not use up the generation's report.
+    assert finish(channel, shifted.generation_id, reported_prompt_tokens=10_000).calibration_recorded
+
+    # An exact profile's counts are the model's own: the report is not fed, the factor stays 1.
+    exact = stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
+    assert not exact.plan.approximate
+    response = finish(channel, exact.generation_id, reported_prompt_tokens=2 * exact.plan.prompt_tokens)
+    assert not response.calibration_recorded and not response.HasField("calibration")
+    later = stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
+    assert later.plan.calibration_factor == 1.0
+
+    # No model: nothing to key a calibration on.
+    bare = stub(channel).ShiftContext(pb.ShiftContextRequest(blocks=TYPED), timeout=10)
+    response = finish(channel, bare.generation_id, reported_prompt_tokens=50)
+    assert not response.calibration_recorded and not response.HasField("calibration")
+
+
+def test_finish_generation_through_the_python_client(channel: grpc.Channel) -> None:
+    model = fresh_claude()
+    client = contextshift.Client(channel=channel)  # not closed: the channel is the session's
+    result = client.shift_context(AS_JSON, model=model)
+    assert (result.model, result.calibration_factor) == (model, 1.0)
+    assert result.calibrated_prompt_tokens == result.prompt_tokens
+    finished = client.finish_generation(
+        result.generation_id, reported_prompt_tokens=result.prompt_tokens // 2
+    )
+    assert finished.calibration_recorded and finished.calibration is not None
+    assert (finished.calibration.model, finished.calibration.samples) == (model, 1)
+    assert finished.calibration.factor == pytest.approx(0.9)  # ratio 0.5: 1.0 + 0.2 * (0.5 - 1.0)
+    later = client.preview_context(AS_JSON, model=model)
+    assert later.calibration_factor == pytest.approx(0.9)
+    assert later.calibrated_prompt_tokens is not None
+    assert later.calibrated_prompt_tokens < later.prompt_tokens
+    with pytest.raises(contextshift.InvalidOptions) as invalid_error:
+        client.finish_generation(result.generation_id, "failed", reported_prompt_tokens=0)
+    assert [v.field for v in invalid_error.value.violations] == ["reported_prompt_tokens"]
+    with pytest.raises(grpc.RpcError) as rpc_error:
+        client.finish_generation("no-such-generation")
+    assert rpc_error.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, {"generation_id", "status"}),
+        ({"generation_id": "g"}, {"status"}),
+        ({"generation_id": "g", "status": 99}, {"status"}),
+        ({"generation_id": "g", "status": pb.GENERATION_STATUS_COMPLETED, "error_code": "x"}, {"error_code"}),
+        ({"generation_id": "g", "status": pb.GENERATION_STATUS_CANCELLED, "error_code": "x"}, {"error_code"}),
+        (
+            {"generation_id": "g", "status": pb.GENERATION_STATUS_COMPLETED, "reported_prompt_tokens": 0},
+            {"reported_prompt_tokens"},
+        ),
+        (
+            {"status": pb.GENERATION_STATUS_FAILED, "error_code": "x", "reported_prompt_tokens": -3},
+            {"generation_id", "reported_prompt_tokens"},
+        ),
+    ],
+)
+def test_finish_generation_validation(
+    channel: grpc.Channel, fields: dict[str, Any], expected: set[str]
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).FinishGeneration(pb.FinishGenerationRequest(**fields), timeout=10)
+    assert set(violations(caught.value)) == expected
+
+
+def test_finish_generation_of_an_unknown_generation_is_not_found(channel: grpc.Channel) -> None:
+    # PreviewContext writes nothing, so nothing of it can be finished either.
+    stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model=fresh_claude()), timeout=10)
+    with pytest.raises(grpc.RpcError) as caught:
+        finish(channel, "0190a3b4-no-such-generation", reported_prompt_tokens=100)
+    code, found = details(caught.value)
+    assert code == grpc.StatusCode.NOT_FOUND and found == []
+    assert "0190a3b4-no-such-generation" in (caught.value.details() or "")
+    assert "last 10000 ShiftContext generations" in (caught.value.details() or "")
 
 
 def test_echo_returns_its_payload(channel: grpc.Channel) -> None:

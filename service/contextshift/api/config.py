@@ -70,7 +70,7 @@ SETTINGS = [
         int,
         None,
         "LLM_CONTEXT_SIZE",
-        "default context window when a request and the model registry give none (default 128000)",
+        "context window when a request gives none (before the model registry; default 128000)",
         1,
     ),
     Setting(
@@ -78,7 +78,7 @@ SETTINGS = [
         int,
         None,
         "LLM_MAX_OUTPUT_TOKENS",
-        "default response reserve when a request gives none (default 64000)",
+        "response reserve when a request gives none (before the model registry; default 64000)",
         0,
     ),
     Setting(

@@ -10,24 +10,24 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
 import contextshift
+from contextshift import engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
 from contextshift.api.errors import invalid
-from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions
+from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.options import ShiftOptions
-from contextshift.profiles import Resolution, resolve
+from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
 
 DEFAULT_CONTEXT_LIMIT = 128_000
 DEFAULT_RESPONSE_RESERVE = 64_000
-DEFAULT_PROFILE = "heuristic"
 DEFAULT_STRATEGY = "truncate"
 
 ShiftRequest = context_service_pb2.ShiftContextRequest | context_service_pb2.PreviewContextRequest
@@ -55,7 +55,8 @@ _INT_OPTIONS = {
 
 @dataclass(frozen=True)
 class BudgetDefaults:
-    """Where a request gives no window or reserve (DESIGN.md §5, after the request)."""
+    """Where a request gives no window or reserve (DESIGN.md §5): after the request (and the stored
+    model configuration, not built yet), before the model registry and the built-in defaults."""
 
     context_size: int | None  # LLM_CONTEXT_SIZE
     max_output_tokens: int | None  # LLM_MAX_OUTPUT_TOKENS
@@ -167,60 +168,54 @@ def _options(struct: struct_pb2.Struct) -> dict[str, Any]:
     return options
 
 
-def resolve_profile(profile: str, model: str) -> Resolution:
-    """The request's profile; else the model's; an unknown model counts with `heuristic` and says
-    so (an unknown *profile* is an error: the caller asked for it by name)."""
-    if profile:
-        return resolve(profile)
-    if model:
-        try:
-            return resolve(model)
-        except InvalidOptions:
-            fallback = resolve(DEFAULT_PROFILE)
-            warning = (
-                f"model {model!r} is not in the model registry; counting with {DEFAULT_PROFILE} (approximate)"
-            )
-            return Resolution(fallback.profile, fallback.approximate, model, [*fallback.warnings, warning])
-    return resolve(DEFAULT_PROFILE)
+def _first(*values: int | None) -> int:
+    return next(v for v in values if v is not None)
 
 
 def _budget(request: ShiftRequest, resolution: Resolution, defaults: BudgetDefaults) -> contextshift.Budget:
-    # The model registry (tokenizer profiles issue) may report the model's window; use it when present.
-    registry_window: int | None = getattr(resolution, "context_window", None)
-    if request.HasField("context_limit"):
-        context_limit = request.context_limit
-    else:
-        context_limit = defaults.context_size or registry_window or DEFAULT_CONTEXT_LIMIT
-    if request.HasField("response_reserve"):
-        response_reserve = request.response_reserve
-    elif defaults.max_output_tokens is not None:
-        response_reserve = defaults.max_output_tokens
-    else:
-        response_reserve = DEFAULT_RESPONSE_RESERVE
+    """DESIGN.md §5, first match wins: the request, (the stored model configuration: not built
+    yet), LLM_CONTEXT_SIZE / LLM_MAX_OUTPUT_TOKENS, the model registry, 128000 / 64000."""
+    context_limit = _first(
+        request.context_limit if request.HasField("context_limit") else None,
+        defaults.context_size,
+        resolution.context_window,
+        DEFAULT_CONTEXT_LIMIT,
+    )
+    response_reserve = _first(
+        request.response_reserve if request.HasField("response_reserve") else None,
+        defaults.max_output_tokens,
+        resolution.max_output,
+        DEFAULT_RESPONSE_RESERVE,
+    )
     return contextshift.Budget(context_limit, response_reserve, request.system_reserve)
 
 
 def _provider_messages(
-    messages: Sequence[Mapping[str, Any]], output_format: context_service_pb2.OutputFormat.ValueType
+    result: ShiftResult, output_format: context_service_pb2.OutputFormat.ValueType
 ) -> context_service_pb2.ProviderMessages:
     if output_format == context_service_pb2.OUTPUT_FORMAT_OPENAI_CHAT:
         return context_service_pb2.ProviderMessages(
             format=output_format,
-            messages_json=json.dumps(provider_messages.to_openai_chat(messages), ensure_ascii=False),
+            messages_json=json.dumps(provider_messages.to_openai_chat(result.messages), ensure_ascii=False),
         )
     if output_format == context_service_pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
-        system, anthropic = provider_messages.to_anthropic_messages(messages)
+        system, anthropic = provider_messages.to_anthropic_messages(result.messages)
         return context_service_pb2.ProviderMessages(
             format=output_format, system=system, messages_json=json.dumps(anthropic, ensure_ascii=False)
         )
+    # The caller's own text of each kept block, never decoded into dicts.
     return context_service_pb2.ProviderMessages(
-        format=context_service_pb2.OUTPUT_FORMAT_INPUT,
-        messages_json=json.dumps(list(messages), ensure_ascii=False),
+        format=context_service_pb2.OUTPUT_FORMAT_INPUT, messages_json=result.messages_json()
     )
 
 
-def _decisions(decisions: Sequence[contextshift.BlockDecision]) -> list[context_service_pb2.BlockDecision]:
-    return [context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason) for d in decisions]
+def _decisions_wire(result: ShiftResult) -> bytes:
+    """ContextPlan.kept and .excluded as wire bytes encoded by the core: merged in one C call
+    instead of a Python message per block (the bulk of a reply's building time otherwise)."""
+    plan = context_service_pb2.ContextPlan
+    return engine.encode_decisions(result.kept, plan.KEPT_FIELD_NUMBER) + engine.encode_decisions(
+        result.excluded, plan.EXCLUDED_FIELD_NUMBER
+    )
 
 
 def plan_message(
@@ -230,9 +225,7 @@ def plan_message(
     output_format: context_service_pb2.OutputFormat.ValueType,
 ) -> context_service_pb2.ContextPlan:
     original = len(result.kept) + len(result.excluded)
-    return context_service_pb2.ContextPlan(
-        kept=_decisions(result.kept),
-        excluded=_decisions(result.excluded),
+    plan = context_service_pb2.ContextPlan(
         truncated=[
             context_service_pb2.Truncation(
                 id=t.id, tokens_before=t.tokens_before, tokens_after=t.tokens_after, how=t.how
@@ -246,11 +239,13 @@ def plan_message(
         profile=result.profile,
         approximate=result.approximate,
         warnings=[*warnings, *result.warnings],
-        messages=_provider_messages(result.messages, output_format),
+        messages=_provider_messages(result, output_format),
         compaction=context_service_pb2.CompactionNote(
             was_compacted=bool(result.excluded), original_count=original, compacted_count=len(result.kept)
         ),
     )
+    plan.MergeFromString(_decisions_wire(result))
+    return plan
 
 
 def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb2.ContextPlan:
@@ -259,7 +254,9 @@ def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in context_service_pb2.OutputFormat.values():
         raise invalid("output_format", f"unknown value {request.output_format}")
-    resolution = resolve_profile(request.profile, request.model)
+    # The profile wins, a model alone picks its registry profile (and window, max output), an
+    # unknown model counts with heuristic and says so; empty proto strings mean not given.
+    resolution = resolve_request(request.profile or None, request.model or None)
     budget = _budget(request, resolution, defaults)
     blocks: list[dict[str, Any]] | str = (
         [block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
@@ -273,16 +270,26 @@ def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb
             profile=resolution.profile,
             strategy=request.strategy or DEFAULT_STRATEGY,
             options=_options(request.options) if request.HasField("options") else None,
+            model=resolution.model,  # the calibration key of an approximate profile
         )
     except InvalidInput as e:
         if request.blocks:
             raise _renamed(e, typed_field) from e
         raise
-    return plan_message(result, budget, resolution.warnings, request.output_format)
+    plan = plan_message(result, budget, resolution.warnings, request.output_format)
+    # Raw and calibrated counts (set here, outside plan_message).
+    plan.model = result.model or ""
+    plan.calibration_factor = result.calibration_factor
+    plan.calibrated_prompt_tokens = (
+        result.prompt_tokens if result.calibrated_prompt_tokens is None else result.calibrated_prompt_tokens
+    )
+    return plan
 
 
 def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb2.CountTokensResponse:
-    resolution = resolve_profile(request.profile, request.model)
+    # The profile wins, a model alone picks its registry profile (and window, max output), an
+    # unknown model counts with heuristic and says so; empty proto strings mean not given.
+    resolution = resolve_request(request.profile or None, request.model or None)
     items: list[str | dict[str, Any]] = []
     for i, item in enumerate(request.items):
         which = item.WhichOneof("item")
@@ -293,7 +300,7 @@ def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb
         else:
             raise invalid(f"items[{i}]", "empty item: set text or block")
     try:
-        counts = contextshift.count_tokens(items, resolution.profile)
+        counts = contextshift.count_tokens(items, resolution.profile, model=resolution.model)
     except InvalidInput as e:
         raise _renamed(e, lambda field: typed_field(field, ".block")) from e
     return context_service_pb2.CountTokensResponse(

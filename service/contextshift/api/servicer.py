@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
 from grpc import aio
 
+from contextshift import calibration
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.api import convert
+from contextshift.api.errors import RequestError
 from contextshift.api.interceptors import call_stats
-from contextshift.profiles import list_profiles
+from contextshift.errors import FieldViolation
+from contextshift.profiles import ProfileInfo, list_profiles
 
 T = TypeVar("T")
 Context = aio.ServicerContext[Any, Any]
@@ -26,16 +32,116 @@ Context = aio.ServicerContext[Any, Any]
 NO_AUDIT_STORE = (
     "{rpc} needs the audit store, which is not built yet (DESIGN.md §8); this server keeps no audits"
 )
-NO_CALIBRATION = (
-    "FinishGeneration is not available yet: generation status needs the audit store and "
-    "calibration of approximate profiles (contextshift.calibration) is not built yet; nothing was recorded"
-)
+# ShiftContext generations whose estimates FinishGeneration can still calibrate with, per process.
+MAX_GENERATIONS = 10_000
+
+_EXACTNESS = {
+    "exact": pb.EXACTNESS_EXACT,
+    "text-exact": pb.EXACTNESS_TEXT_EXACT,
+    "approximate": pb.EXACTNESS_APPROXIMATE,
+}
+_TERMINAL = {pb.GENERATION_STATUS_COMPLETED, pb.GENERATION_STATUS_FAILED, pb.GENERATION_STATUS_CANCELLED}
+
+
+def profile_message(info: ProfileInfo) -> pb.TokenizerProfile:
+    return pb.TokenizerProfile(
+        name=info.name,
+        approximate=info.approximate,
+        exactness=_EXACTNESS[info.exactness],  # a new kind of exactness must be added to the proto
+        source=info.source,
+        vocab_size=info.vocab_size,
+        message_overhead=info.message_overhead,
+        name_overhead=info.name_overhead,
+        prompt_overhead=info.prompt_overhead,
+        image_rule=info.image_rule,
+        overhead_source=info.overhead_source,
+        licence=info.licence,
+    )
+
+
+@dataclass
+class Generation:
+    """What FinishGeneration needs of a ShiftContext: the calibration key and the raw estimate."""
+
+    model: str
+    prompt_tokens: int  # raw, before calibration
+    approximate: bool
+    reported: bool = False  # a FinishGeneration already fed its reported count
+
+
+class Generations:
+    """The last `capacity` ShiftContext generations of this process, by id (least recently
+    recorded out first). Thread-safe."""
+
+    def __init__(self, capacity: int = MAX_GENERATIONS) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self._capacity = capacity
+        self._lock = threading.Lock()
+        self._items: OrderedDict[str, Generation] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def add(self, generation_id: str, generation: Generation) -> None:
+        with self._lock:
+            self._items.pop(generation_id, None)  # a reused id starts over
+            self._items[generation_id] = generation
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    def finish(self, generation_id: str, *, report: bool) -> Generation | None:
+        """The generation as it was before this call (None when unknown); with `report`, it is
+        marked reported in the same step, so of concurrent or retried reports one sees
+        `reported=False`."""
+        with self._lock:
+            generation = self._items.get(generation_id)
+            if generation is None:
+                return None
+            before = replace(generation)
+            if report:
+                generation.reported = True
+            return before
+
+
+def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    if not request.generation_id:
+        found.append(FieldViolation("generation_id", "required: the generation_id ShiftContext returned"))
+    if request.status not in _TERMINAL:
+        what = (
+            "not set"
+            if request.status == pb.GENERATION_STATUS_UNSPECIFIED
+            else f"unknown value {request.status}"
+        )
+        found.append(FieldViolation("status", f"{what}: set COMPLETED, FAILED or CANCELLED"))
+    if request.error_code and request.status != pb.GENERATION_STATUS_FAILED:
+        found.append(FieldViolation("error_code", "only with status FAILED"))
+    if request.HasField("reported_prompt_tokens") and request.reported_prompt_tokens <= 0:
+        found.append(
+            FieldViolation(
+                "reported_prompt_tokens", f"must be > 0 when set, got {request.reported_prompt_tokens}"
+            )
+        )
+    return found
 
 
 class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer):
-    def __init__(self, executor: ThreadPoolExecutor, defaults: convert.BudgetDefaults) -> None:
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor,
+        defaults: convert.BudgetDefaults,
+        *,
+        max_generations: int = MAX_GENERATIONS,
+    ) -> None:
         self._executor = executor
         self._defaults = defaults
+        self._generations = Generations(max_generations)
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -51,7 +157,10 @@ class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer)
         self, request: pb.ShiftContextRequest, context: Context
     ) -> pb.ShiftContextResponse:
         plan = await self._plan(request)
-        return pb.ShiftContextResponse(generation_id=request.generation_id or convert.uuid7(), plan=plan)
+        generation_id = request.generation_id or convert.uuid7()
+        # Remembered for FinishGeneration's calibration (PreviewContext writes nothing).
+        self._generations.add(generation_id, Generation(plan.model, plan.prompt_tokens, plan.approximate))
+        return pb.ShiftContextResponse(generation_id=generation_id, plan=plan)
 
     async def PreviewContext(
         self, request: pb.PreviewContextRequest, context: Context
@@ -68,9 +177,8 @@ class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer)
     async def ListTokenizerProfiles(
         self, request: pb.ListTokenizerProfilesRequest, context: Context
     ) -> pb.ListTokenizerProfilesResponse:
-        return pb.ListTokenizerProfilesResponse(
-            profiles=[pb.TokenizerProfile(name=p.name, approximate=p.approximate) for p in list_profiles()]
-        )
+        profiles = await self._run(list_profiles)
+        return pb.ListTokenizerProfilesResponse(profiles=[profile_message(p) for p in profiles])
 
     async def GetContextAudit(
         self, request: pb.GetContextAuditRequest, context: Context
@@ -80,7 +188,35 @@ class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer)
     async def FinishGeneration(
         self, request: pb.FinishGenerationRequest, context: Context
     ) -> pb.FinishGenerationResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_CALIBRATION)
+        """Feeds the calibration; the terminal status is validated, and not stored until the audit
+        store exists."""
+        violations = _finish_violations(request)
+        if violations:
+            raise RequestError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "; ".join(f"{v.field}: {v.description}" for v in violations),
+                violations,
+            )
+        reported = request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None
+        generation = self._generations.finish(request.generation_id, report=reported is not None)
+        if generation is None:
+            raise RequestError(
+                grpc.StatusCode.NOT_FOUND,
+                f"generation {request.generation_id!r} is not known to this server process: it keeps the "
+                f"estimates of its last {self._generations.capacity} ShiftContext generations in memory "
+                "(send FinishGeneration over the channel that made the ShiftContext call)",
+            )
+        recorded = None
+        # Only approximate counts are calibrated (exact ones are the model's own), once per generation.
+        if reported is not None and generation.approximate and not generation.reported:
+            recorded = calibration.record(generation.model, generation.prompt_tokens, reported)
+        current = recorded or calibration.DEFAULT.get(generation.model)
+        response = pb.FinishGenerationResponse(calibration_recorded=recorded is not None)
+        if current is not None:
+            response.calibration.CopyFrom(
+                pb.Calibration(model=current.model, factor=current.factor, samples=current.samples)
+            )
+        return response
 
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))

@@ -27,17 +27,21 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%contextshift/v1/context_service.proto\x12\x0f\x63ontextshift.v1\x1a\x1b\x63ontextshift/v1/block.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x03\n\x13ShiftContextRequest\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.contextshift.v1.Block\x12\x13\n\x0b\x62locks_json\x18\x02 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x03 \x01(\t\x12\x15\n\rgeneration_id\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x1a\n\rcontext_limit\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10response_reserve\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0esystem_reserve\x18\n \x01(\x03H\x02\x88\x01\x01\x12\x10\n\x08strategy\x18\x0b \x01(\t\x12(\n\x07options\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x34\n\routput_format\x18\r \x01(\x0e\x32\x1d.contextshift.v1.OutputFormatB\x10\n\x0e_context_limitB\x13\n\x11_response_reserveB\x11\n\x0f_system_reserve\"Y\n\x14ShiftContextResponse\x12\x15\n\rgeneration_id\x18\x01 \x01(\t\x12*\n\x04plan\x18\x02 \x01(\x0b\x32\x1c.contextshift.v1.ContextPlan\"\x9b\x03\n\x15PreviewContextRequest\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.contextshift.v1.Block\x12\x13\n\x0b\x62locks_json\x18\x02 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x1a\n\rcontext_limit\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10response_reserve\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0esystem_reserve\x18\n \x01(\x03H\x02\x88\x01\x01\x12\x10\n\x08strategy\x18\x0b \x01(\t\x12(\n\x07options\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x34\n\routput_format\x18\r \x01(\x0e\x32\x1d.contextshift.v1.OutputFormatB\x10\n\x0e_context_limitB\x13\n\x11_response_reserveB\x11\n\x0f_system_reserve\"D\n\x16PreviewContextResponse\x12*\n\x04plan\x18\x01 \x01(\x0b\x32\x1c.contextshift.v1.ContextPlan\"\x97\x03\n\x0b\x43ontextPlan\x12,\n\x04kept\x18\x01 \x03(\x0b\x32\x1e.contextshift.v1.BlockDecision\x12\x30\n\x08\x65xcluded\x18\x02 \x03(\x0b\x32\x1e.contextshift.v1.BlockDecision\x12.\n\ttruncated\x18\x03 \x03(\x0b\x32\x1b.contextshift.v1.Truncation\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x03\x12\x15\n\rcontext_limit\x18\x06 \x01(\x03\x12\x18\n\x10response_reserve\x18\x07 \x01(\x03\x12\x0f\n\x07profile\x18\x08 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x33\n\x08messages\x18\x0b \x01(\x0b\x32!.contextshift.v1.ProviderMessages\x12\x33\n\ncompaction\x18\x0c \x01(\x0b\x32\x1f.contextshift.v1.CompactionNote\";\n\rBlockDecision\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"R\n\nTruncation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rtokens_before\x18\x02 \x01(\x03\x12\x14\n\x0ctokens_after\x18\x03 \x01(\x03\x12\x0b\n\x03how\x18\x04 \x01(\t\"h\n\x10ProviderMessages\x12-\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x1d.contextshift.v1.OutputFormat\x12\x15\n\rmessages_json\x18\x02 \x01(\t\x12\x0e\n\x06system\x18\x03 \x01(\t\"n\n\x0e\x43ompactionNote\x12\x15\n\rwas_compacted\x18\x01 \x01(\x08\x12\x16\n\x0eoriginal_count\x18\x02 \x01(\x05\x12\x17\n\x0f\x63ompacted_count\x18\x03 \x01(\x05\x12\x14\n\x0c\x64ivider_text\x18\x04 \x01(\t\"_\n\x12\x43ountTokensRequest\x12)\n\x05items\x18\x01 \x03(\x0b\x32\x1a.contextshift.v1.CountItem\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"L\n\tCountItem\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x16.contextshift.v1.BlockH\x00\x42\x06\n\x04item\"l\n\x13\x43ountTokensResponse\x12\x0e\n\x06\x63ounts\x18\x01 \x03(\x03\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\x04 \x01(\x08\x12\x10\n\x08warnings\x18\x05 \x03(\t\"\x1e\n\x1cListTokenizerProfilesRequest\"T\n\x1dListTokenizerProfilesResponse\x12\x33\n\x08profiles\x18\x01 \x03(\x0b\x32!.contextshift.v1.TokenizerProfile\"5\n\x10TokenizerProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\x02 \x01(\x08\")\n\x16GetContextAuditRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\"G\n\x17GetContextAuditResponse\x12,\n\x05\x61udit\x18\x01 \x01(\x0b\x32\x1d.contextshift.v1.ContextAudit\"\xe4\x03\n\x0c\x43ontextAudit\x12\x15\n\rgeneration_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12+\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x1b.contextshift.v1.AuditBlock\x12\x15\n\rcontext_limit\x18\x06 \x01(\x03\x12\x18\n\x10response_reserve\x18\x07 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x08 \x01(\x03\x12\x0f\n\x07profile\x18\t \x01(\t\x12\x13\n\x0b\x61pproximate\x18\n \x01(\x08\x12\x33\n\x08messages\x18\x0b \x01(\x0b\x32!.contextshift.v1.ProviderMessages\x12\x13\n\x0b\x64iagnostics\x18\x0c \x03(\t\x12\x31\n\x06status\x18\r \x01(\x0e\x32!.contextshift.v1.GenerationStatus\x12\x12\n\nerror_code\x18\x0e \x01(\t\x12.\n\ncreated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\nAuditBlock\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kept\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xc8\x01\n\x17\x46inishGenerationRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\t\x12\x31\n\x06status\x18\x03 \x01(\x0e\x32!.contextshift.v1.GenerationStatus\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12#\n\x16reported_prompt_tokens\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x19\n\x17_reported_prompt_tokens\"\x1a\n\x18\x46inishGenerationResponse\"$\n\x11\x44\x65leteChatRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\"%\n\x12\x44\x65leteChatResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\x8b\x01\n\x0cOutputFormat\x12\x1d\n\x19OUTPUT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13OUTPUT_FORMAT_INPUT\x10\x01\x12\x1d\n\x19OUTPUT_FORMAT_OPENAI_CHAT\x10\x02\x12$\n OUTPUT_FORMAT_ANTHROPIC_MESSAGES\x10\x03*\x95\x01\n\x10GenerationStatus\x12!\n\x1dGENERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1f\n\x1bGENERATION_STATUS_COMPLETED\x10\x01\x12\x1c\n\x18GENERATION_STATUS_FAILED\x10\x02\x12\x1f\n\x1bGENERATION_STATUS_CANCELLED\x10\x03\x32\xcd\x05\n\x13\x43ontextShiftService\x12[\n\x0cShiftContext\x12$.contextshift.v1.ShiftContextRequest\x1a%.contextshift.v1.ShiftContextResponse\x12\x61\n\x0ePreviewContext\x12&.contextshift.v1.PreviewContextRequest\x1a\'.contextshift.v1.PreviewContextResponse\x12X\n\x0b\x43ountTokens\x12#.contextshift.v1.CountTokensRequest\x1a$.contextshift.v1.CountTokensResponse\x12v\n\x15ListTokenizerProfiles\x12-.contextshift.v1.ListTokenizerProfilesRequest\x1a..contextshift.v1.ListTokenizerProfilesResponse\x12\x64\n\x0fGetContextAudit\x12\'.contextshift.v1.GetContextAuditRequest\x1a(.contextshift.v1.GetContextAuditResponse\x12g\n\x10\x46inishGeneration\x12(.contextshift.v1.FinishGenerationRequest\x1a).contextshift.v1.FinishGenerationResponse\x12U\n\nDeleteChat\x12\".contextshift.v1.DeleteChatRequest\x1a#.contextshift.v1.DeleteChatResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%contextshift/v1/context_service.proto\x12\x0f\x63ontextshift.v1\x1a\x1b\x63ontextshift/v1/block.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb0\x03\n\x13ShiftContextRequest\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.contextshift.v1.Block\x12\x13\n\x0b\x62locks_json\x18\x02 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x03 \x01(\t\x12\x15\n\rgeneration_id\x18\x04 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x1a\n\rcontext_limit\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10response_reserve\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0esystem_reserve\x18\n \x01(\x03H\x02\x88\x01\x01\x12\x10\n\x08strategy\x18\x0b \x01(\t\x12(\n\x07options\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x34\n\routput_format\x18\r \x01(\x0e\x32\x1d.contextshift.v1.OutputFormatB\x10\n\x0e_context_limitB\x13\n\x11_response_reserveB\x11\n\x0f_system_reserve\"Y\n\x14ShiftContextResponse\x12\x15\n\rgeneration_id\x18\x01 \x01(\t\x12*\n\x04plan\x18\x02 \x01(\x0b\x32\x1c.contextshift.v1.ContextPlan\"\x9b\x03\n\x15PreviewContextRequest\x12&\n\x06\x62locks\x18\x01 \x03(\x0b\x32\x16.contextshift.v1.Block\x12\x13\n\x0b\x62locks_json\x18\x02 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x03 \x01(\t\x12\x10\n\x08provider\x18\x05 \x01(\t\x12\r\n\x05model\x18\x06 \x01(\t\x12\x0f\n\x07profile\x18\x07 \x01(\t\x12\x1a\n\rcontext_limit\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x1d\n\x10response_reserve\x18\t \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0esystem_reserve\x18\n \x01(\x03H\x02\x88\x01\x01\x12\x10\n\x08strategy\x18\x0b \x01(\t\x12(\n\x07options\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x34\n\routput_format\x18\r \x01(\x0e\x32\x1d.contextshift.v1.OutputFormatB\x10\n\x0e_context_limitB\x13\n\x11_response_reserveB\x11\n\x0f_system_reserve\"D\n\x16PreviewContextResponse\x12*\n\x04plan\x18\x01 \x01(\x0b\x32\x1c.contextshift.v1.ContextPlan\"\xe4\x03\n\x0b\x43ontextPlan\x12,\n\x04kept\x18\x01 \x03(\x0b\x32\x1e.contextshift.v1.BlockDecision\x12\x30\n\x08\x65xcluded\x18\x02 \x03(\x0b\x32\x1e.contextshift.v1.BlockDecision\x12.\n\ttruncated\x18\x03 \x03(\x0b\x32\x1b.contextshift.v1.Truncation\x12\x15\n\rprompt_tokens\x18\x04 \x01(\x03\x12\x0e\n\x06\x62udget\x18\x05 \x01(\x03\x12\x15\n\rcontext_limit\x18\x06 \x01(\x03\x12\x18\n\x10response_reserve\x18\x07 \x01(\x03\x12\x0f\n\x07profile\x18\x08 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\t \x01(\x08\x12\x10\n\x08warnings\x18\n \x03(\t\x12\x33\n\x08messages\x18\x0b \x01(\x0b\x32!.contextshift.v1.ProviderMessages\x12\x33\n\ncompaction\x18\x0c \x01(\x0b\x32\x1f.contextshift.v1.CompactionNote\x12\r\n\x05model\x18\r \x01(\t\x12\x1a\n\x12\x63\x61libration_factor\x18\x0e \x01(\x01\x12 \n\x18\x63\x61librated_prompt_tokens\x18\x0f \x01(\x03\";\n\rBlockDecision\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06tokens\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"R\n\nTruncation\x12\n\n\x02id\x18\x01 \x01(\t\x12\x15\n\rtokens_before\x18\x02 \x01(\x03\x12\x14\n\x0ctokens_after\x18\x03 \x01(\x03\x12\x0b\n\x03how\x18\x04 \x01(\t\"h\n\x10ProviderMessages\x12-\n\x06\x66ormat\x18\x01 \x01(\x0e\x32\x1d.contextshift.v1.OutputFormat\x12\x15\n\rmessages_json\x18\x02 \x01(\t\x12\x0e\n\x06system\x18\x03 \x01(\t\"n\n\x0e\x43ompactionNote\x12\x15\n\rwas_compacted\x18\x01 \x01(\x08\x12\x16\n\x0eoriginal_count\x18\x02 \x01(\x05\x12\x17\n\x0f\x63ompacted_count\x18\x03 \x01(\x05\x12\x14\n\x0c\x64ivider_text\x18\x04 \x01(\t\"_\n\x12\x43ountTokensRequest\x12)\n\x05items\x18\x01 \x03(\x0b\x32\x1a.contextshift.v1.CountItem\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\"L\n\tCountItem\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x16.contextshift.v1.BlockH\x00\x42\x06\n\x04item\"l\n\x13\x43ountTokensResponse\x12\x0e\n\x06\x63ounts\x18\x01 \x03(\x03\x12\r\n\x05total\x18\x02 \x01(\x03\x12\x0f\n\x07profile\x18\x03 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\x04 \x01(\x08\x12\x10\n\x08warnings\x18\x05 \x03(\t\"\x1e\n\x1cListTokenizerProfilesRequest\"T\n\x1dListTokenizerProfilesResponse\x12\x33\n\x08profiles\x18\x01 \x03(\x0b\x32!.contextshift.v1.TokenizerProfile\"\xab\x03\n\x10TokenizerProfile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x61pproximate\x18\x02 \x01(\x08\x12-\n\texactness\x18\x03 \x01(\x0e\x32\x1a.contextshift.v1.Exactness\x12\x0e\n\x06source\x18\x04 \x01(\t\x12\x17\n\nvocab_size\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12P\n\x10message_overhead\x18\x06 \x03(\x0b\x32\x36.contextshift.v1.TokenizerProfile.MessageOverheadEntry\x12\x1a\n\rname_overhead\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x17\n\x0fprompt_overhead\x18\x08 \x01(\x03\x12\x12\n\nimage_rule\x18\t \x01(\t\x12\x17\n\x0foverhead_source\x18\n \x01(\t\x12\x0f\n\x07licence\x18\x0b \x01(\t\x1a\x36\n\x14MessageOverheadEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x42\r\n\x0b_vocab_sizeB\x10\n\x0e_name_overhead\")\n\x16GetContextAuditRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\"G\n\x17GetContextAuditResponse\x12,\n\x05\x61udit\x18\x01 \x01(\x0b\x32\x1d.contextshift.v1.ContextAudit\"\xe4\x03\n\x0c\x43ontextAudit\x12\x15\n\rgeneration_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63hat_id\x18\x02 \x01(\t\x12\x10\n\x08provider\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12+\n\x06\x62locks\x18\x05 \x03(\x0b\x32\x1b.contextshift.v1.AuditBlock\x12\x15\n\rcontext_limit\x18\x06 \x01(\x03\x12\x18\n\x10response_reserve\x18\x07 \x01(\x03\x12\x15\n\rprompt_tokens\x18\x08 \x01(\x03\x12\x0f\n\x07profile\x18\t \x01(\t\x12\x13\n\x0b\x61pproximate\x18\n \x01(\x08\x12\x33\n\x08messages\x18\x0b \x01(\x0b\x32!.contextshift.v1.ProviderMessages\x12\x13\n\x0b\x64iagnostics\x18\x0c \x03(\t\x12\x31\n\x06status\x18\r \x01(\x0e\x32!.contextshift.v1.GenerationStatus\x12\x12\n\nerror_code\x18\x0e \x01(\t\x12.\n\ncreated_at\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"F\n\nAuditBlock\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kept\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x03\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\xc8\x01\n\x17\x46inishGenerationRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\x12\x15\n\rgeneration_id\x18\x02 \x01(\t\x12\x31\n\x06status\x18\x03 \x01(\x0e\x32!.contextshift.v1.GenerationStatus\x12\x12\n\nerror_code\x18\x04 \x01(\t\x12#\n\x16reported_prompt_tokens\x18\x05 \x01(\x03H\x00\x88\x01\x01\x42\x19\n\x17_reported_prompt_tokens\"k\n\x18\x46inishGenerationResponse\x12\x1c\n\x14\x63\x61libration_recorded\x18\x01 \x01(\x08\x12\x31\n\x0b\x63\x61libration\x18\x02 \x01(\x0b\x32\x1c.contextshift.v1.Calibration\"=\n\x0b\x43\x61libration\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06\x66\x61\x63tor\x18\x02 \x01(\x01\x12\x0f\n\x07samples\x18\x03 \x01(\x03\"$\n\x11\x44\x65leteChatRequest\x12\x0f\n\x07\x63hat_id\x18\x01 \x01(\t\"%\n\x12\x44\x65leteChatResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08*\x8b\x01\n\x0cOutputFormat\x12\x1d\n\x19OUTPUT_FORMAT_UNSPECIFIED\x10\x00\x12\x17\n\x13OUTPUT_FORMAT_INPUT\x10\x01\x12\x1d\n\x19OUTPUT_FORMAT_OPENAI_CHAT\x10\x02\x12$\n OUTPUT_FORMAT_ANTHROPIC_MESSAGES\x10\x03*p\n\tExactness\x12\x19\n\x15\x45XACTNESS_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45XACTNESS_EXACT\x10\x01\x12\x18\n\x14\x45XACTNESS_TEXT_EXACT\x10\x02\x12\x19\n\x15\x45XACTNESS_APPROXIMATE\x10\x03*\x95\x01\n\x10GenerationStatus\x12!\n\x1dGENERATION_STATUS_UNSPECIFIED\x10\x00\x12\x1f\n\x1bGENERATION_STATUS_COMPLETED\x10\x01\x12\x1c\n\x18GENERATION_STATUS_FAILED\x10\x02\x12\x1f\n\x1bGENERATION_STATUS_CANCELLED\x10\x03\x32\xcd\x05\n\x13\x43ontextShiftService\x12[\n\x0cShiftContext\x12$.contextshift.v1.ShiftContextRequest\x1a%.contextshift.v1.ShiftContextResponse\x12\x61\n\x0ePreviewContext\x12&.contextshift.v1.PreviewContextRequest\x1a\'.contextshift.v1.PreviewContextResponse\x12X\n\x0b\x43ountTokens\x12#.contextshift.v1.CountTokensRequest\x1a$.contextshift.v1.CountTokensResponse\x12v\n\x15ListTokenizerProfiles\x12-.contextshift.v1.ListTokenizerProfilesRequest\x1a..contextshift.v1.ListTokenizerProfilesResponse\x12\x64\n\x0fGetContextAudit\x12\'.contextshift.v1.GetContextAuditRequest\x1a(.contextshift.v1.GetContextAuditResponse\x12g\n\x10\x46inishGeneration\x12(.contextshift.v1.FinishGenerationRequest\x1a).contextshift.v1.FinishGenerationResponse\x12U\n\nDeleteChat\x12\".contextshift.v1.DeleteChatRequest\x1a#.contextshift.v1.DeleteChatResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextshift._proto.contextshift.v1.context_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OUTPUTFORMAT']._serialized_start=3375
-  _globals['_OUTPUTFORMAT']._serialized_end=3514
-  _globals['_GENERATIONSTATUS']._serialized_start=3517
-  _globals['_GENERATIONSTATUS']._serialized_end=3666
+  _globals['_TOKENIZERPROFILE_MESSAGEOVERHEADENTRY']._loaded_options = None
+  _globals['_TOKENIZERPROFILE_MESSAGEOVERHEADENTRY']._serialized_options = b'8\001'
+  _globals['_OUTPUTFORMAT']._serialized_start=3971
+  _globals['_OUTPUTFORMAT']._serialized_end=4110
+  _globals['_EXACTNESS']._serialized_start=4112
+  _globals['_EXACTNESS']._serialized_end=4224
+  _globals['_GENERATIONSTATUS']._serialized_start=4227
+  _globals['_GENERATIONSTATUS']._serialized_end=4376
   _globals['_SHIFTCONTEXTREQUEST']._serialized_start=151
   _globals['_SHIFTCONTEXTREQUEST']._serialized_end=583
   _globals['_SHIFTCONTEXTRESPONSE']._serialized_start=585
@@ -47,43 +51,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PREVIEWCONTEXTRESPONSE']._serialized_start=1090
   _globals['_PREVIEWCONTEXTRESPONSE']._serialized_end=1158
   _globals['_CONTEXTPLAN']._serialized_start=1161
-  _globals['_CONTEXTPLAN']._serialized_end=1568
-  _globals['_BLOCKDECISION']._serialized_start=1570
-  _globals['_BLOCKDECISION']._serialized_end=1629
-  _globals['_TRUNCATION']._serialized_start=1631
-  _globals['_TRUNCATION']._serialized_end=1713
-  _globals['_PROVIDERMESSAGES']._serialized_start=1715
-  _globals['_PROVIDERMESSAGES']._serialized_end=1819
-  _globals['_COMPACTIONNOTE']._serialized_start=1821
-  _globals['_COMPACTIONNOTE']._serialized_end=1931
-  _globals['_COUNTTOKENSREQUEST']._serialized_start=1933
-  _globals['_COUNTTOKENSREQUEST']._serialized_end=2028
-  _globals['_COUNTITEM']._serialized_start=2030
-  _globals['_COUNTITEM']._serialized_end=2106
-  _globals['_COUNTTOKENSRESPONSE']._serialized_start=2108
-  _globals['_COUNTTOKENSRESPONSE']._serialized_end=2216
-  _globals['_LISTTOKENIZERPROFILESREQUEST']._serialized_start=2218
-  _globals['_LISTTOKENIZERPROFILESREQUEST']._serialized_end=2248
-  _globals['_LISTTOKENIZERPROFILESRESPONSE']._serialized_start=2250
-  _globals['_LISTTOKENIZERPROFILESRESPONSE']._serialized_end=2334
-  _globals['_TOKENIZERPROFILE']._serialized_start=2336
-  _globals['_TOKENIZERPROFILE']._serialized_end=2389
-  _globals['_GETCONTEXTAUDITREQUEST']._serialized_start=2391
-  _globals['_GETCONTEXTAUDITREQUEST']._serialized_end=2432
-  _globals['_GETCONTEXTAUDITRESPONSE']._serialized_start=2434
-  _globals['_GETCONTEXTAUDITRESPONSE']._serialized_end=2505
-  _globals['_CONTEXTAUDIT']._serialized_start=2508
-  _globals['_CONTEXTAUDIT']._serialized_end=2992
-  _globals['_AUDITBLOCK']._serialized_start=2994
-  _globals['_AUDITBLOCK']._serialized_end=3064
-  _globals['_FINISHGENERATIONREQUEST']._serialized_start=3067
-  _globals['_FINISHGENERATIONREQUEST']._serialized_end=3267
-  _globals['_FINISHGENERATIONRESPONSE']._serialized_start=3269
-  _globals['_FINISHGENERATIONRESPONSE']._serialized_end=3295
-  _globals['_DELETECHATREQUEST']._serialized_start=3297
-  _globals['_DELETECHATREQUEST']._serialized_end=3333
-  _globals['_DELETECHATRESPONSE']._serialized_start=3335
-  _globals['_DELETECHATRESPONSE']._serialized_end=3372
-  _globals['_CONTEXTSHIFTSERVICE']._serialized_start=3669
-  _globals['_CONTEXTSHIFTSERVICE']._serialized_end=4386
+  _globals['_CONTEXTPLAN']._serialized_end=1645
+  _globals['_BLOCKDECISION']._serialized_start=1647
+  _globals['_BLOCKDECISION']._serialized_end=1706
+  _globals['_TRUNCATION']._serialized_start=1708
+  _globals['_TRUNCATION']._serialized_end=1790
+  _globals['_PROVIDERMESSAGES']._serialized_start=1792
+  _globals['_PROVIDERMESSAGES']._serialized_end=1896
+  _globals['_COMPACTIONNOTE']._serialized_start=1898
+  _globals['_COMPACTIONNOTE']._serialized_end=2008
+  _globals['_COUNTTOKENSREQUEST']._serialized_start=2010
+  _globals['_COUNTTOKENSREQUEST']._serialized_end=2105
+  _globals['_COUNTITEM']._serialized_start=2107
+  _globals['_COUNTITEM']._serialized_end=2183
+  _globals['_COUNTTOKENSRESPONSE']._serialized_start=2185
+  _globals['_COUNTTOKENSRESPONSE']._serialized_end=2293
+  _globals['_LISTTOKENIZERPROFILESREQUEST']._serialized_start=2295
+  _globals['_LISTTOKENIZERPROFILESREQUEST']._serialized_end=2325
+  _globals['_LISTTOKENIZERPROFILESRESPONSE']._serialized_start=2327
+  _globals['_LISTTOKENIZERPROFILESRESPONSE']._serialized_end=2411
+  _globals['_TOKENIZERPROFILE']._serialized_start=2414
+  _globals['_TOKENIZERPROFILE']._serialized_end=2841
+  _globals['_TOKENIZERPROFILE_MESSAGEOVERHEADENTRY']._serialized_start=2754
+  _globals['_TOKENIZERPROFILE_MESSAGEOVERHEADENTRY']._serialized_end=2808
+  _globals['_GETCONTEXTAUDITREQUEST']._serialized_start=2843
+  _globals['_GETCONTEXTAUDITREQUEST']._serialized_end=2884
+  _globals['_GETCONTEXTAUDITRESPONSE']._serialized_start=2886
+  _globals['_GETCONTEXTAUDITRESPONSE']._serialized_end=2957
+  _globals['_CONTEXTAUDIT']._serialized_start=2960
+  _globals['_CONTEXTAUDIT']._serialized_end=3444
+  _globals['_AUDITBLOCK']._serialized_start=3446
+  _globals['_AUDITBLOCK']._serialized_end=3516
+  _globals['_FINISHGENERATIONREQUEST']._serialized_start=3519
+  _globals['_FINISHGENERATIONREQUEST']._serialized_end=3719
+  _globals['_FINISHGENERATIONRESPONSE']._serialized_start=3721
+  _globals['_FINISHGENERATIONRESPONSE']._serialized_end=3828
+  _globals['_CALIBRATION']._serialized_start=3830
+  _globals['_CALIBRATION']._serialized_end=3891
+  _globals['_DELETECHATREQUEST']._serialized_start=3893
+  _globals['_DELETECHATREQUEST']._serialized_end=3929
+  _globals['_DELETECHATRESPONSE']._serialized_start=3931
+  _globals['_DELETECHATRESPONSE']._serialized_end=3968
+  _globals['_CONTEXTSHIFTSERVICE']._serialized_start=4379
+  _globals['_CONTEXTSHIFTSERVICE']._serialized_end=5096
 # @@protoc_insertion_point(module_scope)

@@ -11,6 +11,7 @@ Errors are google.rpc.Status with details:
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
   concurrency limit (retry with backoff).
+- NOT_FOUND: FinishGeneration for a generation this server process does not remember.
 - UNIMPLEMENTED: the RPC needs a part not built yet (the audit store).
 - INTERNAL: a bug in contextshift; the server logs it.
 """
@@ -61,6 +62,38 @@ OUTPUT_FORMAT_OPENAI_CHAT: OutputFormat.ValueType  # 2
 OUTPUT_FORMAT_ANTHROPIC_MESSAGES: OutputFormat.ValueType  # 3
 """Anthropic Messages: `messages`, with system blocks joined into `system`."""
 Global___OutputFormat: _TypeAlias = OutputFormat  # noqa: Y015
+
+class _Exactness:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ExactnessEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Exactness.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EXACTNESS_UNSPECIFIED: _Exactness.ValueType  # 0
+    """Not set (never sent by this server)."""
+    EXACTNESS_EXACT: _Exactness.ValueType  # 1
+    """The model's tokenizer and its chat framing: counts equal the model's."""
+    EXACTNESS_TEXT_EXACT: _Exactness.ValueType  # 2
+    """The model's tokenizer with generic framing (an `hf:` tokenizer.json): text counts are exact,
+    per-message overheads are estimates.
+    """
+    EXACTNESS_APPROXIMATE: _Exactness.ValueType  # 3
+    """An estimate (no public tokenizer, or the heuristic): `approximate` is true."""
+
+class Exactness(_Exactness, metaclass=_ExactnessEnumTypeWrapper):
+    """How closely a profile's counts match the model's own."""
+
+EXACTNESS_UNSPECIFIED: Exactness.ValueType  # 0
+"""Not set (never sent by this server)."""
+EXACTNESS_EXACT: Exactness.ValueType  # 1
+"""The model's tokenizer and its chat framing: counts equal the model's."""
+EXACTNESS_TEXT_EXACT: Exactness.ValueType  # 2
+"""The model's tokenizer with generic framing (an `hf:` tokenizer.json): text counts are exact,
+per-message overheads are estimates.
+"""
+EXACTNESS_APPROXIMATE: Exactness.ValueType  # 3
+"""An estimate (no public tokenizer, or the heuristic): `approximate` is true."""
+Global___Exactness: _TypeAlias = Exactness  # noqa: Y015
 
 class _GenerationStatus:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -120,13 +153,23 @@ class ShiftContextRequest(_message.Message):
     provider: _builtins.str
     """The provider the prompt goes to, e.g. "openai" (for the audit)."""
     model: _builtins.str
-    """The model; picks the tokenizer profile and context window when known."""
+    """The model, e.g. "gpt-4o" or "claude-sonnet-4-5". A model in the server's registry picks the
+    tokenizer profile (unless `profile` is set) and the default window and answer reserve; an
+    unknown model counts with "heuristic" and says so in the warnings. The model is also the key of
+    the calibration of approximate counts (FinishGeneration).
+    """
     profile: _builtins.str
-    """A tokenizer profile that overrides the model's (see ListTokenizerProfiles)."""
+    """A tokenizer profile (see ListTokenizerProfiles), or a registered model name, that overrides
+    the model's profile; an unknown name is INVALID_ARGUMENT.
+    """
     context_limit: _builtins.int
-    """The model's context window in tokens; default from the model, else LLM_CONTEXT_SIZE, else 128000."""
+    """The model's context window in tokens. Default: LLM_CONTEXT_SIZE, else the model registry's
+    window for `model`, else 128000.
+    """
     response_reserve: _builtins.int
-    """Tokens kept free for the answer; default LLM_MAX_OUTPUT_TOKENS, else 64000."""
+    """Tokens kept free for the answer. Default: LLM_MAX_OUTPUT_TOKENS, else the model registry's
+    maximum output for `model`, else 64000.
+    """
     system_reserve: _builtins.int
     """Tokens kept free for a system prompt the caller does not send; default 0."""
     strategy: _builtins.str
@@ -330,10 +373,15 @@ class ContextPlan(_message.Message):
     WARNINGS_FIELD_NUMBER: _builtins.int
     MESSAGES_FIELD_NUMBER: _builtins.int
     COMPACTION_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    CALIBRATION_FACTOR_FIELD_NUMBER: _builtins.int
+    CALIBRATED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
-    """Tokens of the final prompt; never over `budget`."""
+    """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
+    kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
+    """
     budget: _builtins.int
-    """The token budget the prompt was fitted into."""
+    """The token budget the prompt was fitted into (`calibrated_prompt_tokens` <= `budget`)."""
     context_limit: _builtins.int
     """The context window the budget was derived from."""
     response_reserve: _builtins.int
@@ -342,6 +390,20 @@ class ContextPlan(_message.Message):
     """The tokenizer profile counted with."""
     approximate: _builtins.bool
     """True when the profile approximates the model's tokenizer."""
+    model: _builtins.str
+    """The model the counts were made for: the request's `model`, or a model named in `profile`;
+    empty when neither names one. It is the key of the calibration below.
+    """
+    calibration_factor: _builtins.float
+    """The model's calibration factor applied to this plan's approximate counts (see
+    FinishGeneration): the raw counts are multiplied by it and the plan fits the result into
+    `budget`. Always 1.0 for an exact profile, without a model, or before any report for it.
+    """
+    calibrated_prompt_tokens: _builtins.int
+    """`prompt_tokens` times `calibration_factor`, rounded up: the estimate of what the provider will
+    count, and what was fitted into `budget` (never over it). Equals `prompt_tokens` when
+    `calibration_factor` is 1.0. Block `tokens` stay raw.
+    """
     @_builtins.property
     def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockDecision]:
         """Kept blocks in their original order."""
@@ -381,10 +443,13 @@ class ContextPlan(_message.Message):
         warnings: _abc.Iterable[_builtins.str] | None = ...,
         messages: Global___ProviderMessages | None = ...,
         compaction: Global___CompactionNote | None = ...,
+        model: _builtins.str = ...,
+        calibration_factor: _builtins.float = ...,
+        calibrated_prompt_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "compaction", b"compaction", "context_limit", b"context_limit", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -668,27 +733,94 @@ Global___ListTokenizerProfilesResponse: _TypeAlias = ListTokenizerProfilesRespon
 
 @_typing.final
 class TokenizerProfile(_message.Message):
-    """A tokenizer profile."""
+    """A tokenizer profile: how it counts, where its vocabulary and overheads come from, its licence."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MessageOverheadEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     NAME_FIELD_NUMBER: _builtins.int
     APPROXIMATE_FIELD_NUMBER: _builtins.int
+    EXACTNESS_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    VOCAB_SIZE_FIELD_NUMBER: _builtins.int
+    MESSAGE_OVERHEAD_FIELD_NUMBER: _builtins.int
+    NAME_OVERHEAD_FIELD_NUMBER: _builtins.int
+    PROMPT_OVERHEAD_FIELD_NUMBER: _builtins.int
+    IMAGE_RULE_FIELD_NUMBER: _builtins.int
+    OVERHEAD_SOURCE_FIELD_NUMBER: _builtins.int
+    LICENCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The name to pass as `profile`."""
     approximate: _builtins.bool
-    """True when counts approximate the model's tokenizer."""
+    """True when counts approximate the model's tokenizer (such counts are calibrated per model, see
+    FinishGeneration).
+    """
+    exactness: Global___Exactness.ValueType
+    """How closely counts match the model's."""
+    source: _builtins.str
+    """What counts text: the vocabulary and where it comes from (or the heuristic's rule)."""
+    vocab_size: _builtins.int
+    """Tokens in the vocabulary; unset for profiles without one (heuristic, anthropic)."""
+    name_overhead: _builtins.int
+    """Tokens a participant `name` adds beyond its text; unset when the chat format has no names."""
+    prompt_overhead: _builtins.int
+    """Tokens added once per prompt (begin-of-text and reply priming)."""
+    image_rule: _builtins.str
+    """How images are counted, e.g. OpenAI's tile rule, Anthropic's area rule, or a flat cost."""
+    overhead_source: _builtins.str
+    """Where the overheads and the image rule come from (provider docs, chat templates)."""
+    licence: _builtins.str
+    """The licence of the vocabulary (and whether it ships with contextshift)."""
+    @_builtins.property
+    def message_overhead(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Framing tokens added per message, by role: "system", "user", "assistant", "tool"."""
+
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         approximate: _builtins.bool = ...,
+        exactness: Global___Exactness.ValueType = ...,
+        source: _builtins.str = ...,
+        vocab_size: _builtins.int | None = ...,
+        message_overhead: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        name_overhead: _builtins.int | None = ...,
+        prompt_overhead: _builtins.int = ...,
+        image_rule: _builtins.str = ...,
+        overhead_source: _builtins.str = ...,
+        licence: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead", "_vocab_size", b"_vocab_size", "name_overhead", b"name_overhead", "vocab_size", b"vocab_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead", "_vocab_size", b"_vocab_size", "approximate", b"approximate", "exactness", b"exactness", "image_rule", b"image_rule", "licence", b"licence", "message_overhead", b"message_overhead", "name", b"name", "name_overhead", b"name_overhead", "overhead_source", b"overhead_source", "prompt_overhead", b"prompt_overhead", "source", b"source", "vocab_size", b"vocab_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__name_overhead: _TypeAlias = _typing.Literal["name_overhead"]  # noqa: Y015
+    _WhichOneofArgType__name_overhead: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead"]  # noqa: Y015
+    _WhichOneofReturnType__vocab_size: _TypeAlias = _typing.Literal["vocab_size"]  # noqa: Y015
+    _WhichOneofArgType__vocab_size: _TypeAlias = _typing.Literal["_vocab_size", b"_vocab_size"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__name_overhead) -> _WhichOneofReturnType__name_overhead | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__vocab_size) -> _WhichOneofReturnType__vocab_size | None: ...
 
 Global___TokenizerProfile: _TypeAlias = TokenizerProfile  # noqa: Y015
 
@@ -866,7 +998,17 @@ Global___AuditBlock: _TypeAlias = AuditBlock  # noqa: Y015
 
 @_typing.final
 class FinishGenerationRequest(_message.Message):
-    """Input of FinishGeneration."""
+    """Input of FinishGeneration.
+
+    The server keeps, in memory and per server process, the model and raw prompt-token estimate of
+    the last 10,000 ShiftContext generations (PreviewContext writes nothing). A generation it does
+    not remember (unknown, evicted, served by another process, or before a restart) is NOT_FOUND.
+    With several worker processes the call must reach the process that served the ShiftContext:
+    send both over the same channel, since the server's load is spread per connection (after a
+    reconnect or a restart the report may find no generation: treat that NOT_FOUND as a skipped
+    calibration, not a failed generation). The terminal status (`status`, `error_code`) is validated
+    but not stored until the audit store exists (GetContextAudit is UNIMPLEMENTED until then).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -876,15 +1018,20 @@ class FinishGenerationRequest(_message.Message):
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     REPORTED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
-    """The chat."""
+    """The chat (for the audit, later; not checked now)."""
     generation_id: _builtins.str
-    """The generation, as returned by ShiftContext."""
+    """The generation, as returned by ShiftContext. Required."""
     status: Global___GenerationStatus.ValueType
-    """How it ended."""
+    """How it ended. Required: COMPLETED, FAILED or CANCELLED."""
     error_code: _builtins.str
-    """A normalized provider error code when FAILED, e.g. "rate_limited", "context_length_exceeded"."""
+    """A normalized provider error code, only with FAILED, e.g. "rate_limited",
+    "context_length_exceeded".
+    """
     reported_prompt_tokens: _builtins.int
-    """The prompt tokens the provider reported, to calibrate approximate profiles for the model."""
+    """The prompt tokens the provider reported for this generation's prompt (> 0 when set). When the
+    generation was counted with an approximate profile for a model, reported / estimated feeds the
+    model's calibration (see FinishGenerationResponse).
+    """
     def __init__(
         self,
         *,
@@ -906,20 +1053,75 @@ Global___FinishGenerationRequest: _TypeAlias = FinishGenerationRequest  # noqa: 
 
 @_typing.final
 class FinishGenerationResponse(_message.Message):
-    """Result of FinishGeneration."""
+    """Result of FinishGeneration.
+
+    Calibration: each report's ratio reported / estimated (the generation's raw `prompt_tokens`) is
+    clamped to [0.5, 2.0] and averaged per model (exponential moving average, weight 0.2, starting at
+    1.0; the factor stays in [0.5, 2.0]); later ShiftContext and PreviewContext calls for that model
+    with an approximate profile multiply raw counts by the factor (ContextPlan.calibration_factor).
+    Generations counted with an exact profile are not fed: their counts are the model's own. The
+    calibration is in memory per server process (at most 4096 models).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    CALIBRATION_RECORDED_FIELD_NUMBER: _builtins.int
+    CALIBRATION_FIELD_NUMBER: _builtins.int
+    calibration_recorded: _builtins.bool
+    """True when this call fed `reported_prompt_tokens` into the model's calibration. False when the
+    request carried none, the generation had no model, was counted with an exact profile, or had
+    an empty prompt, or when an earlier FinishGeneration already reported for this generation (a
+    retried call is not counted twice).
+    """
+    @_builtins.property
+    def calibration(self) -> Global___Calibration:
+        """The model's calibration after this call; unset when the generation had no model or the model
+        has no calibration in this process.
+        """
+
     def __init__(
         self,
+        *,
+        calibration_recorded: _builtins.bool = ...,
+        calibration: Global___Calibration | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "calibration_recorded", b"calibration_recorded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FinishGenerationResponse: _TypeAlias = FinishGenerationResponse  # noqa: Y015
+
+@_typing.final
+class Calibration(_message.Message):
+    """The calibration of one model's approximate counts, in this server process."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    FACTOR_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model (ContextPlan.model)."""
+    factor: _builtins.float
+    """The factor raw approximate counts for the model are multiplied by, in [0.5, 2.0]."""
+    samples: _builtins.int
+    """The reports that made the factor."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        factor: _builtins.float = ...,
+        samples: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["factor", b"factor", "model", b"model", "samples", b"samples"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Calibration: _TypeAlias = Calibration  # noqa: Y015
 
 @_typing.final
 class DeleteChatRequest(_message.Message):

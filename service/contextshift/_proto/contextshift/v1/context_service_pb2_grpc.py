@@ -113,7 +113,9 @@ class ContextShiftServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def FinishGeneration(self, request, context):
-        """Reports how a generation ended (and the provider's prompt token count, for calibration).
+        """Reports how a generation ended, and the provider's prompt token count, which calibrates the
+        model's approximate counts. Only the calibration takes effect for now: the terminal status is
+        validated but not stored until the audit store exists.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -11,6 +11,7 @@ Errors are google.rpc.Status with details:
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
   concurrency limit (retry with backoff).
+- NOT_FOUND: FinishGeneration for a generation this server process does not remember.
 - UNIMPLEMENTED: the RPC needs a part not built yet (the audit store).
 - INTERNAL: a bug in contextshift; the server logs it.
 """
@@ -58,7 +59,10 @@ class ContextShiftServiceStub:
     GetContextAudit: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]
     """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists."""
     FinishGeneration: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]
-    """Reports how a generation ended (and the provider's prompt token count, for calibration)."""
+    """Reports how a generation ended, and the provider's prompt token count, which calibrates the
+    model's approximate counts. Only the calibration takes effect for now: the terminal status is
+    validated but not stored until the audit store exists.
+    """
     DeleteChat: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
 
@@ -80,7 +84,10 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     GetContextAudit: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]  # type: ignore[assignment]
     """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists."""
     FinishGeneration: _aio.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]  # type: ignore[assignment]
-    """Reports how a generation ended (and the provider's prompt token count, for calibration)."""
+    """Reports how a generation ended, and the provider's prompt token count, which calibrates the
+    model's approximate counts. Only the calibration takes effect for now: the terminal status is
+    validated but not stored until the audit store exists.
+    """
     DeleteChat: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]  # type: ignore[assignment]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
 
@@ -135,7 +142,10 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.FinishGenerationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.FinishGenerationResponse, _abc.Awaitable[_context_service_pb2.FinishGenerationResponse]]:
-        """Reports how a generation ended (and the provider's prompt token count, for calibration)."""
+        """Reports how a generation ended, and the provider's prompt token count, which calibrates the
+        model's approximate counts. Only the calibration takes effect for now: the terminal status is
+        validated but not stored until the audit store exists.
+        """
 
     @_abc_1.abstractmethod
     def DeleteChat(
