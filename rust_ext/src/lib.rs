@@ -78,6 +78,30 @@ fn reason_str(py: Python<'_>, reason: Reason) -> &Bound<'_, PyString> {
     }
 }
 
+/// Pauses Python's cyclic garbage collector while it lives. Building one decision object per
+/// block (100k for a long history) would otherwise trigger collections that walk the caller's
+/// whole heap, again and again: measured, 71 ms instead of 12 ms at 100k blocks. The objects
+/// built meanwhile hold only strings and ints, so they cannot form cycles.
+struct GcPause {
+    was_enabled: bool,
+}
+
+impl GcPause {
+    fn new(_py: Python<'_>) -> Self {
+        // SAFETY: the GIL is held (the `Python` token proves it).
+        GcPause { was_enabled: unsafe { pyo3::ffi::PyGC_Disable() } == 1 }
+    }
+}
+
+impl Drop for GcPause {
+    fn drop(&mut self) {
+        if self.was_enabled {
+            // SAFETY: dropped in the same GIL-holding scope that created it.
+            unsafe { pyo3::ffi::PyGC_Enable() };
+        }
+    }
+}
+
 /// A parsed request: blocks (after the char cap), the cuts made, and the tool-call groups.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Conversation {
@@ -329,6 +353,7 @@ impl Conversation {
             });
             let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
             let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
+            let _paused = GcPause::new(py);
             let decisions = |indices: &[usize]| -> PyResult<Py<PyList>> {
                 let items = indices.iter().map(|&i| BlockDecision {
                     id: PyString::new(py, &self.blocks[i].id).unbind(),

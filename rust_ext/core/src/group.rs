@@ -2,7 +2,8 @@
 //! however far apart (union-find). Groups are numbered by their earliest member.
 
 use crate::block::Block;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
 
 #[derive(Clone, Debug)]
 pub struct Groups {
@@ -20,14 +21,15 @@ impl Groups {
     pub fn build(blocks: &[Block]) -> Groups {
         let n = blocks.len();
         let mut parent: Vec<usize> = (0..n).collect();
-        let mut first_with_id: HashMap<&str, usize> = HashMap::new();
+        let ids = blocks.iter().map(|b| b.calls.len() + b.result_ids.len()).sum();
+        let mut first_with_id: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(ids, Default::default());
         for (i, block) in blocks.iter().enumerate() {
             let ids = block.calls.iter().map(|c| c.id.as_str()).chain(block.result_ids.iter().map(String::as_str));
             for id in ids {
-                match first_with_id.get(id) {
-                    Some(&j) => union(&mut parent, i, j),
-                    None => {
-                        first_with_id.insert(id, i);
+                match first_with_id.entry(id) {
+                    Entry::Occupied(first) => union(&mut parent, i, *first.get()),
+                    Entry::Vacant(slot) => {
+                        slot.insert(i);
                     }
                 }
             }

@@ -8,8 +8,8 @@
 
 use crate::block::{Block, Image, Kind, Role, ToolCall};
 use crate::json_text::to_json_text;
+use rustc_hash::FxHashMap;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::fmt::Write;
 
 /// One node of a JSON-like document, as the parser sees it.
@@ -180,7 +180,8 @@ pub fn parse_conversation<N: Node>(
     let mut violations = Vec::new();
     // Every block with a readable id takes part in the duplicate check, including blocks with
     // other errors, so one request reports every problem.
-    let mut first_index: HashMap<String, usize> = HashMap::with_capacity(nodes.len());
+    let mut first_index: FxHashMap<String, usize> =
+        FxHashMap::with_capacity_and_hasher(nodes.len(), Default::default());
     let mut duplicate = |id: String, index: usize, violations: &mut Vec<Violation>| {
         if let Some(first) = first_index.insert(id.clone(), index) {
             violations.push(Violation {
