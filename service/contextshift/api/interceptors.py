@@ -57,6 +57,9 @@ class JsonFormatter(logging.Formatter):
 Behavior = Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
+DEADLINE_SLACK_SECONDS = 0.1
+
+
 class ErrorsAndLogging(aio.ServerInterceptor):
     async def intercept_service(
         self,
@@ -83,9 +86,11 @@ class ErrorsAndLogging(aio.ServerInterceptor):
             try:
                 return await behavior(request, context)
             except asyncio.CancelledError:
-                # The client cancelled, or its deadline passed.
+                # The client cancelled, or its deadline passed. The client's stream reset can
+                # arrive a little before this server's copy of the deadline runs out (the deadline
+                # travels as a relative timeout), so "almost out of time" counts as expired.
                 remaining = context.time_remaining()
-                expired = remaining is not None and remaining <= 0
+                expired = remaining is not None and remaining <= DEADLINE_SLACK_SECONDS
                 code = grpc.StatusCode.DEADLINE_EXCEEDED if expired else grpc.StatusCode.CANCELLED
                 raise
             except aio.AbortError:
