@@ -131,8 +131,11 @@ def _is_profile_name(name: str) -> bool:
     return name in _builtin_names() or name.startswith(HF_PREFIX)
 
 
+@functools.lru_cache(maxsize=256)
 def _load(profile: str) -> ProfileInfo:
-    """The profile, loaded (a vocabulary, a tokenizer.json); `InvalidOptions` when it cannot be."""
+    """The profile, loaded (a vocabulary, a tokenizer.json); `InvalidOptions` when it cannot be.
+    Cached like the core's loaded profiles: a served request resolves its profile twice (for the
+    budget, then in `shift_context`), and the description need not be rebuilt each time."""
     return ProfileInfo.from_description(engine.describe_profile(profile))
 
 
