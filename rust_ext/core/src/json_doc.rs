@@ -4,7 +4,6 @@
 
 use crate::parse::{parse_conversation, Conversation, Node, Shape, Violation};
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Number, Value};
 use std::borrow::Cow;
 use std::fmt;
@@ -143,29 +142,78 @@ impl<'a> Node for &Doc<'a> {
     }
 }
 
+/// Where an element's text lies in the input: byte offset and length.
+type Span = (usize, usize);
+
 /// A conversation read from JSON text, with where each block's text lies in that input.
 #[derive(Debug)]
 pub struct JsonConversation {
     pub conversation: Conversation,
     /// Byte range of each top-level element in the input.
-    pub spans: Vec<(usize, usize)>,
+    pub spans: Vec<Span>,
 }
 
 /// Parses a JSON array of blocks. A malformed document is one violation on `field`.
 pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Result<JsonConversation, Vec<Violation>> {
-    let whole = |description: String| vec![Violation { index: 0, field: field.to_owned(), description }];
-    let raws: Vec<&RawValue> =
-        serde_json::from_str(text).map_err(|e| whole(format!("not a JSON array of blocks: {e}")))?;
-    let base = text.as_ptr() as usize;
-    let spans = raws.iter().map(|raw| (raw.get().as_ptr() as usize - base, raw.get().len())).collect();
-    let docs = raws
-        .iter()
-        .map(|raw| serde_json::from_str::<Doc>(raw.get()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| whole(format!("not a JSON array of blocks: {e}")))?;
+    let (docs, spans) = read_spanned_array(text).ok_or_else(|| {
+        let error = describe_malformed(text);
+        vec![Violation {
+            index: 0,
+            field: field.to_owned(),
+            description: format!("not a JSON array of blocks: {error}"),
+        }]
+    })?;
     let nodes: Vec<&Doc> = docs.iter().collect();
     let conversation = parse_conversation(&nodes, max_block_chars, "blocks")?;
     Ok(JsonConversation { conversation, spans })
+}
+
+fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
+    while matches!(bytes.get(pos), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        pos += 1;
+    }
+    pos
+}
+
+/// A top-level JSON array's elements and their byte spans, in one pass over the text: each
+/// element is read by its own deserializer, whose offset says where the element ends. `None`
+/// when the text is not a well-formed array (`describe_malformed` then says why).
+fn read_spanned_array(text: &str) -> Option<(Vec<Doc<'_>>, Vec<Span>)> {
+    let bytes = text.as_bytes();
+    let mut pos = skip_whitespace(bytes, 0);
+    if bytes.get(pos) != Some(&b'[') {
+        return None;
+    }
+    let (mut docs, mut spans) = (Vec::new(), Vec::new());
+    pos = skip_whitespace(bytes, pos + 1);
+    if bytes.get(pos) == Some(&b']') {
+        pos += 1;
+    } else {
+        loop {
+            let mut element = serde_json::Deserializer::from_str(&text[pos..]).into_iter::<Doc>();
+            docs.push(element.next()?.ok()?);
+            spans.push((pos, element.byte_offset()));
+            pos = skip_whitespace(bytes, pos + element.byte_offset());
+            match bytes.get(pos) {
+                Some(b',') => pos = skip_whitespace(bytes, pos + 1),
+                Some(b']') => {
+                    pos += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    (skip_whitespace(bytes, pos) == bytes.len()).then_some((docs, spans))
+}
+
+/// serde_json's account of what is wrong with a malformed array, with its line and column in
+/// the whole text.
+fn describe_malformed(text: &str) -> String {
+    match serde_json::from_str::<Vec<Doc>>(text) {
+        Err(e) => e.to_string(),
+        Ok(_) => "unreadable array".to_owned(), // not reached: the two readers agree
+    }
 }
 
 #[cfg(test)]
@@ -195,5 +243,23 @@ mod tests {
         assert_eq!(err.len(), 1);
         assert_eq!(err[0].field, "blocks_json");
         assert!(parse_json_blocks("{}", 100, "blocks_json").is_err());
+        // Positions are in the whole text, not in the element being read.
+        let err = parse_json_blocks("[{\"content\": \"a\"},\n {\"content\": ]", 100, "blocks_json").unwrap_err();
+        assert!(err[0].description.ends_with("at line 2 column 14"), "{}", err[0].description);
+    }
+
+    #[test]
+    fn array_framing_is_strict() {
+        for text in ["[", "[1,]", "[1 2]", "[1] x", "[,1]", "", "[]]"] {
+            assert!(read_spanned_array(text).is_none(), "{text:?} was accepted");
+            assert!(serde_json::from_str::<Vec<Doc>>(text).is_err(), "{text:?} is valid JSON");
+        }
+        let text = " \t[ ]\n";
+        assert_eq!(read_spanned_array(text).map(|(docs, _)| docs.len()), Some(0));
+        let text = "[ \"]\" ,1.5,{\"a\":[1]}\r\n]";
+        let (docs, spans) = read_spanned_array(text).unwrap();
+        assert_eq!(docs.len(), 3);
+        let pieces: Vec<&str> = spans.iter().map(|&(start, len)| &text[start..start + len]).collect();
+        assert_eq!(pieces, ["\"]\"", "1.5", "{\"a\":[1]}"]);
     }
 }
