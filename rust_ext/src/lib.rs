@@ -6,12 +6,12 @@
 //! `PanicException` derives from `BaseException`, which servers such as grpcio do not answer.
 
 mod convert;
-mod wire;
 
 use contextshift_core::cache::{self, CacheStats};
 use contextshift_core::count::batch;
 use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
+use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
     profile_by_name, protection, Block, CharCut, Groups, Node, PlanInput, Profile, ProfileError, ProfileInfo, Reason,
@@ -272,25 +272,25 @@ impl Conversation {
         })
     }
 
-    /// The same messages as one JSON array text: each block's own text from the input (the char
-    /// cap's cut blocks re-serialized), so nothing is re-encoded.
-    fn messages_json(&self, indices: Vec<usize>) -> PyResult<String> {
+    /// The same messages as one JSON array text in UTF-8: each block's own text from the input
+    /// (the char cap's cut blocks re-serialized), so nothing is re-encoded.
+    fn messages_json<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Bound<'py, PyBytes>> {
         guarded(|| {
             let json = self.json_source()?;
             let cut_messages = self.cut_messages();
-            let mut out = String::with_capacity(json.text.len() + 2);
-            out.push('[');
+            let mut out = Vec::with_capacity(json.text.len() + 2);
+            out.push(b'[');
             for (k, &i) in indices.iter().enumerate() {
                 if k > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 match cut_messages.get(&i) {
-                    Some(message) => out.push_str(&message.to_string()),
-                    None => out.push_str(json.block_text(i)?),
+                    Some(message) => out.extend_from_slice(message.to_string().as_bytes()),
+                    None => out.extend_from_slice(json.block_text(i)?.as_bytes()),
                 }
             }
-            out.push(']');
-            Ok(out)
+            out.push(b']');
+            Ok(PyBytes::new(py, &out))
         })
     }
 
@@ -516,6 +516,38 @@ fn encode_decisions<'py>(
     })
 }
 
+/// The encoded protobuf `message` without its length-delimited field `field_number`, and that
+/// field's payload (None when absent): a large string field is taken out as bytes before the
+/// rest is parsed. ValueError, naming the byte offset, when the message's framing is broken.
+#[pyfunction]
+fn split_message_field<'py>(
+    py: Python<'py>,
+    message: &[u8],
+    field_number: u32,
+) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)> {
+    guarded(|| {
+        let split = wire::split_field(message, field_number).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok((PyBytes::new(py, &split.rest), split.value.map(|value| PyBytes::new(py, value))))
+    })
+}
+
+/// The length-delimited field `field_number` (an embedded message, string or bytes) whose
+/// payload is `parts` joined: the encoding is built in one buffer, copying each part once.
+#[pyfunction]
+fn encode_message_field<'py>(
+    py: Python<'py>,
+    field_number: u32,
+    parts: Vec<Bound<'py, PyBytes>>,
+) -> Bound<'py, PyBytes> {
+    let parts: Vec<&[u8]> = parts.iter().map(|part| part.as_bytes()).collect();
+    let mut out = Vec::with_capacity(parts.iter().map(|part| part.len()).sum::<usize>() + 16);
+    wire::put_field_header(&mut out, field_number, parts.iter().map(|part| part.len()).sum());
+    for part in parts {
+        out.extend_from_slice(part);
+    }
+    PyBytes::new(py, &out)
+}
+
 /// Every built-in profile, described without loading a vocabulary.
 #[pyfunction]
 fn profiles() -> Vec<ProfileDescription> {
@@ -561,6 +593,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
     m.add_function(wrap_pyfunction!(encode_decisions, m)?)?;
+    m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_message_field, m)?)?;
     m.add_class::<ProfileDescription>()?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
     m.add_function(wrap_pyfunction!(describe_profile, m)?)?;

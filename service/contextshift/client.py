@@ -86,8 +86,8 @@ class JsonMessages:
         messages: list[Mapping[str, Any]] = json.loads(self.text)
         return messages
 
-    def as_json(self) -> str:
-        return self.text
+    def as_json(self) -> bytes:
+        return self.text.encode()
 
 
 class PreviewArgs(TypedDict, total=False):

@@ -15,7 +15,9 @@ from contextshift._core import (
     count_items,
     describe_profile,
     encode_decisions,
+    encode_message_field,
     profiles,
+    split_message_field,
 )
 
 __all__ = [
@@ -30,5 +32,7 @@ __all__ = [
     "count_items",
     "describe_profile",
     "encode_decisions",
+    "encode_message_field",
     "profiles",
+    "split_message_field",
 ]

@@ -27,10 +27,10 @@ class Truncation:
 
 
 class MessageSource(Protocol):
-    """The kept messages of a shift, as dicts or as one JSON array text."""
+    """The kept messages of a shift, as dicts or as one JSON array text in UTF-8."""
 
     def as_list(self) -> list[Mapping[str, Any]]: ...
-    def as_json(self) -> str: ...
+    def as_json(self) -> bytes: ...
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,10 @@ class ShiftResult:
     def messages_json(self) -> str:
         """`messages` as one JSON array text. For JSON input each kept block is its own text from
         the input, byte for byte (cut blocks re-serialized), with no decoding and re-encoding."""
+        return self.kept_messages.as_json().decode()
+
+    def messages_json_bytes(self) -> bytes:
+        """`messages_json()` in UTF-8, as a wire protocol sends it (no `str` in between)."""
         return self.kept_messages.as_json()
 
 
@@ -79,10 +83,10 @@ class KeptMessages:
             return list(self.conversation.json_messages(self.kept))
         return [self.cuts.get(i, self.blocks[i]) for i in self.kept]
 
-    def as_json(self) -> str:
+    def as_json(self) -> bytes:
         if isinstance(self.blocks, str | bytes):
             return self.conversation.messages_json(self.kept)
-        return json.dumps(self.as_list(), ensure_ascii=False)
+        return json.dumps(self.as_list(), ensure_ascii=False).encode()
 
 
 def shift_context(

@@ -15,6 +15,7 @@ pub mod json_text;
 pub mod parse;
 pub mod plan;
 pub mod profile;
+pub mod wire;
 
 pub use block::{Block, Image, Kind, Role, ToolCall};
 pub use count::{block_tokens, count_blocks, count_texts};

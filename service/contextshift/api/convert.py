@@ -12,9 +12,10 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import DecodeError
 
 import contextshift
 from contextshift import engine
@@ -31,6 +32,8 @@ DEFAULT_RESPONSE_RESERVE = 64_000
 DEFAULT_STRATEGY = "truncate"
 
 ShiftRequest = context_service_pb2.ShiftContextRequest | context_service_pb2.PreviewContextRequest
+# One of the two: what a shift was asked with is what it hands back.
+R = TypeVar("R", context_service_pb2.ShiftContextRequest, context_service_pb2.PreviewContextRequest)
 
 _ROLES = {
     block_pb2.ROLE_SYSTEM: "system",
@@ -192,38 +195,46 @@ def _budget(request: ShiftRequest, resolution: Resolution, defaults: BudgetDefau
 
 def _provider_messages(
     result: ShiftResult, output_format: context_service_pb2.OutputFormat.ValueType
-) -> context_service_pb2.ProviderMessages:
+) -> bytes:
+    """ContextPlan.messages, encoded."""
+    plan_field = context_service_pb2.ContextPlan.MESSAGES_FIELD_NUMBER
     if output_format == context_service_pb2.OUTPUT_FORMAT_OPENAI_CHAT:
-        return context_service_pb2.ProviderMessages(
+        messages = context_service_pb2.ProviderMessages(
             format=output_format,
             messages_json=json.dumps(provider_messages.to_openai_chat(result.messages), ensure_ascii=False),
         )
-    if output_format == context_service_pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
+    elif output_format == context_service_pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
         system, anthropic = provider_messages.to_anthropic_messages(result.messages)
-        return context_service_pb2.ProviderMessages(
+        messages = context_service_pb2.ProviderMessages(
             format=output_format, system=system, messages_json=json.dumps(anthropic, ensure_ascii=False)
         )
-    # The caller's own text of each kept block, never decoded into dicts.
-    return context_service_pb2.ProviderMessages(
-        format=context_service_pb2.OUTPUT_FORMAT_INPUT, messages_json=result.messages_json()
-    )
+    else:
+        # The caller's own text of each kept block, never decoded into dicts nor into a str.
+        head = context_service_pb2.ProviderMessages(format=context_service_pb2.OUTPUT_FORMAT_INPUT)
+        text = engine.encode_message_field(
+            context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER, [result.messages_json_bytes()]
+        )
+        return engine.encode_message_field(plan_field, [head.SerializeToString(), text])
+    return engine.encode_message_field(plan_field, [messages.SerializeToString()])
 
 
 def _decisions_wire(result: ShiftResult) -> bytes:
-    """ContextPlan.kept and .excluded as wire bytes encoded by the core: merged in one C call
-    instead of a Python message per block (the bulk of a reply's building time otherwise)."""
+    """ContextPlan.kept and .excluded, encoded by the core: a Python message per block would be
+    the bulk of a reply's building time otherwise."""
     plan = context_service_pb2.ContextPlan
     return engine.encode_decisions(result.kept, plan.KEPT_FIELD_NUMBER) + engine.encode_decisions(
         result.excluded, plan.EXCLUDED_FIELD_NUMBER
     )
 
 
-def plan_message(
+def encode_plan(
     result: ShiftResult,
     budget: contextshift.Budget,
     warnings: Sequence[str],
     output_format: context_service_pb2.OutputFormat.ValueType,
-) -> context_service_pb2.ContextPlan:
+) -> bytes:
+    """The ContextPlan of a shift, encoded: its small fields through protobuf, its decisions and
+    messages by the core (an encoded message may carry its fields in any order)."""
     original = len(result.kept) + len(result.excluded)
     plan = context_service_pb2.ContextPlan(
         truncated=[
@@ -239,18 +250,47 @@ def plan_message(
         profile=result.profile,
         approximate=result.approximate,
         warnings=[*warnings, *result.warnings],
-        messages=_provider_messages(result, output_format),
         compaction=context_service_pb2.CompactionNote(
             was_compacted=bool(result.excluded), original_count=original, compacted_count=len(result.kept)
         ),
+        # Raw and calibrated counts.
+        model=result.model or "",
+        calibration_factor=result.calibration_factor,
+        calibrated_prompt_tokens=(
+            result.prompt_tokens
+            if result.calibrated_prompt_tokens is None
+            else result.calibrated_prompt_tokens
+        ),
     )
-    plan.MergeFromString(_decisions_wire(result))
-    return plan
+    return b"".join(
+        (plan.SerializeToString(), _provider_messages(result, output_format), _decisions_wire(result))
+    )
 
 
-def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb2.ContextPlan:
-    """Run the shift a ShiftContext or PreviewContext request asks for."""
-    if request.blocks and request.blocks_json:
+@dataclass(frozen=True)
+class Shifted(Generic[R]):
+    """A served shift: the request as read (without `blocks_json`), the library's result, and the
+    reply's ContextPlan, encoded."""
+
+    request: R
+    result: ShiftResult
+    plan: bytes
+
+
+def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]:
+    """An encoded ShiftContext or PreviewContext request, parsed, with its `blocks_json` taken out
+    as UTF-8 bytes (empty when not set) for the core to parse: 40 KB of JSON never becomes a str."""
+    try:
+        rest, blocks_json = engine.split_message_field(message, request_type.BLOCKS_JSON_FIELD_NUMBER)
+        return request_type.FromString(rest), blocks_json or b""
+    except (ValueError, DecodeError) as e:
+        raise invalid("request", f"not an encoded {request_type.DESCRIPTOR.full_name}: {e}") from e
+
+
+def shift(message: bytes, request_type: type[R], defaults: BudgetDefaults) -> Shifted[R]:
+    """Run the shift an encoded ShiftContext or PreviewContext request asks for."""
+    request, blocks_json = read_shift_request(message, request_type)
+    if request.blocks and blocks_json:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in context_service_pb2.OutputFormat.values():
         raise invalid("output_format", f"unknown value {request.output_format}")
@@ -258,10 +298,10 @@ def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb
     # unknown model counts with heuristic and says so; empty proto strings mean not given.
     resolution = resolve_request(request.profile or None, request.model or None)
     budget = _budget(request, resolution, defaults)
-    blocks: list[dict[str, Any]] | str = (
+    blocks: list[dict[str, Any]] | bytes = (
         [block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
         if request.blocks
-        else request.blocks_json or "[]"
+        else blocks_json or b"[]"
     )
     try:
         result = contextshift.shift_context(
@@ -276,14 +316,7 @@ def shift(request: ShiftRequest, defaults: BudgetDefaults) -> context_service_pb
         if request.blocks:
             raise _renamed(e, typed_field) from e
         raise
-    plan = plan_message(result, budget, resolution.warnings, request.output_format)
-    # Raw and calibrated counts (set here, outside plan_message).
-    plan.model = result.model or ""
-    plan.calibration_factor = result.calibration_factor
-    plan.calibrated_prompt_tokens = (
-        result.prompt_tokens if result.calibrated_prompt_tokens is None else result.calibrated_prompt_tokens
-    )
-    return plan
+    return Shifted(request, result, encode_plan(result, budget, resolution.warnings, request.output_format))
 
 
 def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb2.CountTokensResponse:

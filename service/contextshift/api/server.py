@@ -26,11 +26,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
-from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc
+from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
-from contextshift.api.servicer import ContextShiftServicer, EchoServicer
+from contextshift.api.servicer import ContextShiftServicer, EchoServicer, add_context_service
 
 log = logging.getLogger("contextshift.api")
 
@@ -78,9 +78,7 @@ async def start(config: ServerConfig, port: int) -> Server:
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    context_service_pb2_grpc.add_ContextShiftServiceServicer_to_server(
-        ContextShiftServicer(executor, defaults), server
-    )
+    add_context_service(ContextShiftServicer(executor, defaults), server)
     services = [SERVICE]
     if config.bench_echo:
         echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)

@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import message_factory
 from grpc import aio
 
-from contextshift import calibration
+from contextshift import calibration, engine
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.api import convert
 from contextshift.api.errors import RequestError
 from contextshift.api.interceptors import call_stats
@@ -131,7 +131,9 @@ def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolati
     return found
 
 
-class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer):
+class ContextShiftServicer:
+    """The methods of ContextShiftService (served by `add_context_service`)."""
+
     def __init__(
         self,
         executor: ThreadPoolExecutor,
@@ -146,26 +148,30 @@ class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer)
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def _plan(self, request: convert.ShiftRequest) -> pb.ContextPlan:
-        plan = await self._run(functools.partial(convert.shift, request, self._defaults))
+    async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
+        shifted = await self._run(functools.partial(convert.shift, request, request_type, self._defaults))
         stats = call_stats()
-        stats.blocks = plan.compaction.original_count
-        stats.tokens = plan.prompt_tokens
-        return plan
+        stats.blocks = len(shifted.result.kept) + len(shifted.result.excluded)
+        stats.tokens = shifted.result.prompt_tokens
+        return shifted
 
-    async def ShiftContext(
-        self, request: pb.ShiftContextRequest, context: Context
-    ) -> pb.ShiftContextResponse:
-        plan = await self._plan(request)
-        generation_id = request.generation_id or convert.uuid7()
+    async def ShiftContext(self, request: bytes, context: Context) -> bytes:
+        """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
+        `add_context_service`)."""
+        shifted = await self._shift(request, pb.ShiftContextRequest)
+        generation_id = shifted.request.generation_id or convert.uuid7()
         # Remembered for FinishGeneration's calibration (PreviewContext writes nothing).
-        self._generations.add(generation_id, Generation(plan.model, plan.prompt_tokens, plan.approximate))
-        return pb.ShiftContextResponse(generation_id=generation_id, plan=plan)
+        result = shifted.result
+        self._generations.add(
+            generation_id, Generation(result.model or "", result.prompt_tokens, result.approximate)
+        )
+        head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
+        return head + engine.encode_message_field(pb.ShiftContextResponse.PLAN_FIELD_NUMBER, [shifted.plan])
 
-    async def PreviewContext(
-        self, request: pb.PreviewContextRequest, context: Context
-    ) -> pb.PreviewContextResponse:
-        return pb.PreviewContextResponse(plan=await self._plan(request))
+    async def PreviewContext(self, request: bytes, context: Context) -> bytes:
+        """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out."""
+        shifted = await self._shift(request, pb.PreviewContextRequest)
+        return engine.encode_message_field(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, [shifted.plan])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
         response = await self._run(functools.partial(convert.count, request))
@@ -220,6 +226,32 @@ class ContextShiftServicer(context_service_pb2_grpc.ContextShiftServiceServicer)
 
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))
+
+
+# ShiftContext and PreviewContext take and return encoded messages: `convert` takes the request's
+# `blocks_json` out as bytes and builds the reply's encoding around the kept blocks' bytes, so the
+# JSON is never decoded into a Python str, re-encoded, or copied through a parsed reply message.
+_ENCODED_METHODS = {"ShiftContext", "PreviewContext"}
+
+
+def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> None:
+    """Serves ContextShiftService as the generated `add_ContextShiftServiceServicer_to_server`
+    does, but for the two encoded methods."""
+    service = pb.DESCRIPTOR.services_by_name["ContextShiftService"]
+    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+    for method in service.methods:
+        behavior = getattr(servicer, method.name)
+        if method.name in _ENCODED_METHODS:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(behavior)
+        else:
+            request_type = message_factory.GetMessageClass(method.input_type)
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                behavior,
+                request_deserializer=request_type.FromString,
+                response_serializer=lambda response: response.SerializeToString(),
+            )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
 
 
 class EchoServicer(echo_service_pb2_grpc.EchoServiceServicer):
