@@ -572,6 +572,69 @@ def test_malformed_json_is_invalid_argument(channel: grpc.Channel) -> None:
     assert list(violations(caught.value)) == ["blocks_json"]
 
 
+def raw_shift(channel: grpc.Channel, encoded: bytes) -> pb.ShiftContextResponse:
+    """ShiftContext with a request encoded by hand (bytes a protobuf library would not write)."""
+    call = channel.unary_unary(
+        "/contextshift.v1.ContextShiftService/ShiftContext",
+        response_deserializer=pb.ShiftContextResponse.FromString,
+    )
+    response: pb.ShiftContextResponse = call(encoded, timeout=10)
+    return response
+
+
+def blocks_json_field(payload: bytes) -> bytes:
+    assert len(payload) < 128  # a one-byte length
+    return bytes([pb.ShiftContextRequest.BLOCKS_JSON_FIELD_NUMBER << 3 | 2, len(payload)]) + payload
+
+
+def test_blocks_json_is_read_as_protobuf_reads_it(channel: grpc.Channel) -> None:
+    """The server takes blocks_json out of the encoded request itself: a repeated field's last
+    occurrence wins, as in any protobuf parser, and the other fields are read as usual."""
+    first = blocks_json_field(b'[{"id": "x", "role": "user", "content": "ignored"}]')
+    last = blocks_json_field('[{"id": "é", "role": "user", "content": "kept 🚲"}]'.encode())
+    encoded = pb.ShiftContextRequest(generation_id="g-raw").SerializeToString() + first + last
+    response = raw_shift(channel, encoded)
+    assert response.generation_id == "g-raw"
+    assert [d.id for d in response.plan.kept] == ["é"]
+    assert response.plan.messages.messages_json == '[{"id": "é", "role": "user", "content": "kept 🚲"}]'
+
+
+def test_kept_blocks_go_back_byte_for_byte_and_cut_ones_re_serialized(channel: grpc.Channel) -> None:
+    system = '{"role":"system",  "content":"Be brief. 🚲"}'
+    user = {"role": "user", "content": "long " * 50}
+    options = struct_pb2.Struct()
+    options.update({"max_block_chars": 64})
+    request = pb.ShiftContextRequest(blocks_json=f" [ {system},\n{json.dumps(user)} ]", options=options)
+    plan = stub(channel).ShiftContext(request, timeout=10).plan
+    assert [t.id for t in plan.truncated] == ["#1"]
+    (_, cut) = contextshift.shift_context(
+        [json.loads(system), user], budget=100_000, options={"max_block_chars": 64}
+    ).messages
+    assert cut["content"] != user["content"]
+    assert (
+        plan.messages.messages_json
+        == f"[{system},{json.dumps(cut, ensure_ascii=False, separators=(',', ':'))}]"
+    )
+
+
+@pytest.mark.parametrize(
+    ("encoded", "field", "description"),
+    [
+        (b"\x12\x05[]", "request", "field runs past the end of the message at byte 0"),
+        (b"\x0b", "request", "unsupported wire type"),
+        (pb.ShiftContextRequest(chat_id="c").SerializeToString()[:-1], "request", "not an encoded"),
+        (blocks_json_field(b'[{"role": "user", "content": "\xff"}]'), "blocks_json", "not UTF-8"),
+    ],
+)
+def test_undecodable_requests_are_invalid_argument(
+    channel: grpc.Channel, encoded: bytes, field: str, description: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        raw_shift(channel, encoded)
+    found = violations(caught.value)
+    assert list(found) == [field] and description in found[field], found
+
+
 def test_count_tokens_bad_typed_block(channel: grpc.Channel) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         stub(channel).CountTokens(
