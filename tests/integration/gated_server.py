@@ -25,4 +25,5 @@ def gated_shift_context(*args: Any, **kwargs: Any) -> Any:
 
 
 contextshift.shift_context = gated_shift_context  # the servicer calls it through the module
-sys.exit(cli.main(["serve", *sys.argv[1:]]))
+# Every call goes to the engine threads, where a held call leaves the event loop free.
+sys.exit(cli.main(["serve", "--inline-request-bytes", "0", *sys.argv[1:]]))

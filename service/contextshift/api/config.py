@@ -49,6 +49,15 @@ SETTINGS = [
         "engine_threads", int, 4, "CONTEXTSHIFT_ENGINE_THREADS", "threads per process running the engine", 1
     ),
     Setting(
+        "inline_request_bytes",
+        int,
+        64 * 1024,
+        "CONTEXTSHIFT_INLINE_REQUEST_BYTES",
+        "shift and count requests up to this size run on the event loop, where the thread hop would "
+        "cost more than their engine work (0: every call on the engine threads)",
+        0,
+    ),
+    Setting(
         "drain_seconds",
         float,
         1.0,
@@ -97,6 +106,7 @@ class ServerConfig:
     max_concurrent_rpcs: int
     max_request_bytes: int
     engine_threads: int
+    inline_request_bytes: int
     drain_seconds: float
     grace_seconds: float
     log_level: str

@@ -78,7 +78,9 @@ async def start(config: ServerConfig, port: int) -> Server:
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    add_context_service(ContextShiftServicer(executor, defaults), server)
+    add_context_service(
+        ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes), server
+    )
     services = [SERVICE]
     if config.bench_echo:
         echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)

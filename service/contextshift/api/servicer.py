@@ -139,17 +139,26 @@ class ContextShiftServicer:
         executor: ThreadPoolExecutor,
         defaults: convert.BudgetDefaults,
         *,
+        inline_request_bytes: int = 0,
         max_generations: int = MAX_GENERATIONS,
     ) -> None:
         self._executor = executor
         self._defaults = defaults
+        self._inline_request_bytes = inline_request_bytes
         self._generations = Generations(max_generations)
 
-    async def _run(self, fn: Callable[[], T]) -> T:
+    async def _run(self, fn: Callable[[], T], request_bytes: int | None = None) -> T:
+        """Runs `fn` on the engine threads, or on the event loop when the request is at most
+        `inline_request_bytes`: for a small request the hop to a thread and back (two wake-ups, and
+        the GIL handed between the threads) costs more than the engine work itself."""
+        if request_bytes is not None and request_bytes <= self._inline_request_bytes:
+            return fn()
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
-        shifted = await self._run(functools.partial(convert.shift, request, request_type, self._defaults))
+        shifted = await self._run(
+            functools.partial(convert.shift, request, request_type, self._defaults), len(request)
+        )
         stats = call_stats()
         stats.blocks = len(shifted.result.kept) + len(shifted.result.excluded)
         stats.tokens = shifted.result.prompt_tokens
@@ -174,7 +183,7 @@ class ContextShiftServicer:
         return engine.encode_message_field(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, [shifted.plan])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
-        response = await self._run(functools.partial(convert.count, request))
+        response = await self._run(functools.partial(convert.count, request), request.ByteSize())
         stats = call_stats()
         stats.blocks = len(response.counts)
         stats.tokens = response.total
