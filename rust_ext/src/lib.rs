@@ -236,8 +236,9 @@ impl Conversation {
             let text: String = if let Ok(s) = text.cast::<PyString>() {
                 s.to_str()?.to_owned()
             } else if let Ok(b) = text.cast::<PyBytes>() {
-                String::from_utf8(b.as_bytes().to_vec())
+                simdutf8::compat::from_utf8(b.as_bytes())
                     .map_err(|e| not_a_list("blocks_json", format!("not UTF-8: {e}")))?
+                    .to_owned()
             } else {
                 return Err(not_a_list("blocks_json", "must be str or bytes".to_owned()));
             };
