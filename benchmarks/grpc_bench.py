@@ -5,9 +5,12 @@
 The server is the real `contextshift serve` (with --bench-echo) on 127.0.0.1, with 1 and then 2
 worker processes; clients are separate processes (closed loop, one call at a time each, a fresh
 connection per process), bounded in time. The payload is a 200-message chat (~40 KB of JSON) sent
-as `blocks_json` with the default budget. The echo RPC parses and returns the same request
-message: the floor of a unary call through this server (same interceptor, same logging). Targets
-(issue 3): ShiftContext p50 within 1.5x of echo p50, and QPS at least 60% of echo QPS.
+as `blocks_json` with the default budget. Echo parses the same request message and returns its
+payload, as a servicer on the generated code does: the floor of a unary call through this server
+(same interceptor, same logging), and the baseline of the targets (issue 3): ShiftContext p50
+within 1.5x of echo p50, and QPS at least 60% of echo QPS. EchoBytes returns the request's bytes
+unparsed, as ShiftContext is served without (de)serializers: the floor of gRPC itself, reported
+beside the targets.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_ser
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
 from tests.integration.conftest import start_server  # noqa: E402
 
+# echo: a servicer on the generated code (parse, copy, serialize), the issue's baseline;
+# echo-bytes: the request's bytes sent back unparsed, the floor of gRPC itself (information).
+RPCS = ("echo", "echo-bytes", "shift")
 MESSAGES = 200
 TEXT_CHARS = 170  # each message's text is cut to this, for a ~40 KB chat
 
@@ -55,6 +61,12 @@ def _client(address: str, rpc: str, seconds: float, results: Any) -> None:
 
             def call() -> object:
                 return echo.Echo(message, timeout=10)
+        elif rpc == "echo-bytes":
+            echo = echo_service_pb2_grpc.EchoServiceStub(channel)
+            raw = echo_service_pb2.EchoBytesRequest(payload=request)
+
+            def call() -> object:
+                return echo.EchoBytes(raw, timeout=10)
         else:
             stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
 
@@ -96,7 +108,7 @@ def run(workers_list: list[int], clients: int, seconds: float) -> list[dict[str,
         for workers in workers_list:
             server = start_server(Path(tmp), "--bench-echo", "--workers", str(workers))
             try:
-                for rpc in ("echo", "shift"):
+                for rpc in RPCS:
                     rows.append(
                         {"workers": workers, "clients": clients}
                         | measure(server.address, rpc, clients, seconds)
@@ -107,21 +119,23 @@ def run(workers_list: list[int], clients: int, seconds: float) -> list[dict[str,
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(f"{'workers':>7} {'rpc':>6} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
+    print(f"{'workers':>7} {'rpc':>10} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
     for r in rows:
         print(
-            f"{r['workers']:>7} {r['rpc']:>6} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
+            f"{r['workers']:>7} {r['rpc']:>10} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
         )
     findings = []
     for workers in sorted({r["workers"] for r in rows}):
-        echo, shift = (
-            next(r for r in rows if r["workers"] == workers and r["rpc"] == rpc) for rpc in ("echo", "shift")
+        echo, echo_bytes, shift = (
+            next(r for r in rows if r["workers"] == workers and r["rpc"] == rpc) for rpc in RPCS
         )
         p50 = shift["p50_ms"] / echo["p50_ms"]
         qps = shift["qps"] / echo["qps"]
         findings.append(
             f"{workers} worker(s): shift/echo p50 {p50:.2f}x (target <= 1.5x): {'PASS' if p50 <= 1.5 else 'FAIL'}; "
-            f"QPS {qps:.0%} of echo (target >= 60%): {'PASS' if qps >= 0.6 else 'FAIL'}"
+            f"QPS {qps:.0%} of echo (target >= 60%): {'PASS' if qps >= 0.6 else 'FAIL'}; "
+            f"against echo-bytes: p50 {shift['p50_ms'] / echo_bytes['p50_ms']:.2f}x, "
+            f"QPS {shift['qps'] / echo_bytes['qps']:.0%}"
         )
     for line in findings:
         print(line)

@@ -504,6 +504,8 @@ def test_echo_returns_its_payload(channel: grpc.Channel) -> None:
     payload = pb.ShiftContextRequest(blocks=TYPED)
     echo = echo_service_pb2_grpc.EchoServiceStub(channel)
     assert echo.Echo(echo_service_pb2.EchoRequest(payload=payload), timeout=10).payload == payload
+    reply = echo.EchoBytes(echo_service_pb2.EchoBytesRequest(payload=payload), timeout=10)
+    assert reply.payload == payload
 
 
 # --- errors -------------------------------------------------------------------------------------

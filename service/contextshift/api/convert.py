@@ -50,6 +50,7 @@ _KINDS = {
     block_pb2.BLOCK_KIND_SUMMARY: "summary",
     block_pb2.BLOCK_KIND_MESSAGE: "message",
 }
+_OUTPUT_FORMATS = frozenset(context_service_pb2.OutputFormat.values())  # values() builds a list per call
 # Integer options: a Struct carries every number as a double.
 _INT_OPTIONS = {
     f.name for f in fields(ShiftOptions) if isinstance(f.default, int) and not isinstance(f.default, bool)
@@ -292,7 +293,7 @@ def shift(message: bytes, request_type: type[R], defaults: BudgetDefaults) -> Sh
     request, blocks_json = read_shift_request(message, request_type)
     if request.blocks and blocks_json:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
-    if request.output_format not in context_service_pb2.OutputFormat.values():
+    if request.output_format not in _OUTPUT_FORMATS:
         raise invalid("output_format", f"unknown value {request.output_format}")
     # The profile wins, a model alone picks its registry profile (and window, max output), an
     # unknown model counts with heuristic and says so; empty proto strings mean not given.

@@ -25,12 +25,12 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
+from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
-from contextshift.api.servicer import ContextShiftServicer, EchoServicer, add_context_service
+from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
 
 log = logging.getLogger("contextshift.api")
 
@@ -83,7 +83,7 @@ async def start(config: ServerConfig, port: int) -> Server:
     )
     services = [SERVICE]
     if config.bench_echo:
-        echo_service_pb2_grpc.add_EchoServiceServicer_to_server(EchoServicer(), server)
+        add_echo_service(server)
         services.append(ECHO_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

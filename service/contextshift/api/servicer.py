@@ -8,17 +8,18 @@ import asyncio
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
 from contextshift import calibration, engine
-from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc
+from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import convert
 from contextshift.api.errors import RequestError
@@ -237,20 +238,16 @@ class ContextShiftServicer:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))
 
 
-# ShiftContext and PreviewContext take and return encoded messages: `convert` takes the request's
-# `blocks_json` out as bytes and builds the reply's encoding around the kept blocks' bytes, so the
-# JSON is never decoded into a Python str, re-encoded, or copied through a parsed reply message.
-_ENCODED_METHODS = {"ShiftContext", "PreviewContext"}
-
-
-def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> None:
-    """Serves ContextShiftService as the generated `add_ContextShiftServiceServicer_to_server`
-    does, but for the two encoded methods."""
-    service = pb.DESCRIPTOR.services_by_name["ContextShiftService"]
+def add_service(
+    server: aio.Server, servicer: object, service: ServiceDescriptor, encoded: Set[str] = frozenset()
+) -> None:
+    """Serves every method of `service` from the servicer's method of the same name, as the
+    generated `add_*Servicer_to_server` does, except that the methods in `encoded` take and
+    return encoded messages (bytes), with no (de)serializer in between."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for method in service.methods:
         behavior = getattr(servicer, method.name)
-        if method.name in _ENCODED_METHODS:
+        if method.name in encoded:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(behavior)
         else:
             request_type = message_factory.GetMessageClass(method.input_type)
@@ -263,10 +260,27 @@ def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> N
     server.add_registered_method_handlers(service.full_name, handlers)
 
 
-class EchoServicer(echo_service_pb2_grpc.EchoServiceServicer):
+def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> None:
+    # ShiftContext and PreviewContext take and return encoded messages: `convert` takes the
+    # request's `blocks_json` out as bytes and builds the reply's encoding around the kept blocks'
+    # bytes, so the JSON is never decoded into a Python str, re-encoded, or copied through a
+    # parsed reply message.
+    encoded = {"ShiftContext", "PreviewContext"}
+    add_service(server, servicer, pb.DESCRIPTOR.services_by_name["ContextShiftService"], encoded)
+
+
+class EchoServicer:
     """Benchmark only (served with --bench-echo): the cost of a unary call with no work."""
 
     async def Echo(
         self, request: echo_service_pb2.EchoRequest, context: Context
     ) -> echo_service_pb2.EchoResponse:
         return echo_service_pb2.EchoResponse(payload=request.payload)
+
+    async def EchoBytes(self, request: bytes, context: Context) -> bytes:
+        return request  # an EchoBytesResponse is encoded as the EchoBytesRequest it answers
+
+
+def add_echo_service(server: aio.Server) -> None:
+    service = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"]
+    add_service(server, EchoServicer(), service, encoded={"EchoBytes"})

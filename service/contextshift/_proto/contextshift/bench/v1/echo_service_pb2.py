@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from contextshift._proto.contextshift.v1 import context_service_pb2 as contextshift_dot_v1_dot_context__service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(contextshift/bench/v1/echo_service.proto\x12\x15\x63ontextshift.bench.v1\x1a%contextshift/v1/context_service.proto\"D\n\x0b\x45\x63hoRequest\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest\"E\n\x0c\x45\x63hoResponse\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest2^\n\x0b\x45\x63hoService\x12O\n\x04\x45\x63ho\x12\".contextshift.bench.v1.EchoRequest\x1a#.contextshift.bench.v1.EchoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(contextshift/bench/v1/echo_service.proto\x12\x15\x63ontextshift.bench.v1\x1a%contextshift/v1/context_service.proto\"D\n\x0b\x45\x63hoRequest\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest\"E\n\x0c\x45\x63hoResponse\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest\"I\n\x10\x45\x63hoBytesRequest\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest\"J\n\x11\x45\x63hoBytesResponse\x12\x35\n\x07payload\x18\x01 \x01(\x0b\x32$.contextshift.v1.ShiftContextRequest2\xbe\x01\n\x0b\x45\x63hoService\x12O\n\x04\x45\x63ho\x12\".contextshift.bench.v1.EchoRequest\x1a#.contextshift.bench.v1.EchoResponse\x12^\n\tEchoBytes\x12\'.contextshift.bench.v1.EchoBytesRequest\x1a(.contextshift.bench.v1.EchoBytesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,6 +36,10 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ECHOREQUEST']._serialized_end=174
   _globals['_ECHORESPONSE']._serialized_start=176
   _globals['_ECHORESPONSE']._serialized_end=245
-  _globals['_ECHOSERVICE']._serialized_start=247
-  _globals['_ECHOSERVICE']._serialized_end=341
+  _globals['_ECHOBYTESREQUEST']._serialized_start=247
+  _globals['_ECHOBYTESREQUEST']._serialized_end=320
+  _globals['_ECHOBYTESRESPONSE']._serialized_start=322
+  _globals['_ECHOBYTESRESPONSE']._serialized_end=396
+  _globals['_ECHOSERVICE']._serialized_start=399
+  _globals['_ECHOSERVICE']._serialized_end=589
 # @@protoc_insertion_point(module_scope)

@@ -67,3 +67,51 @@ class EchoResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EchoResponse: _TypeAlias = EchoResponse  # noqa: Y015
+
+@_typing.final
+class EchoBytesRequest(_message.Message):
+    """Input of EchoBytes; encoded exactly as an EchoRequest."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def payload(self) -> _context_service_pb2.ShiftContextRequest:
+        """The same message a ShiftContext call carries."""
+
+    def __init__(
+        self,
+        *,
+        payload: _context_service_pb2.ShiftContextRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EchoBytesRequest: _TypeAlias = EchoBytesRequest  # noqa: Y015
+
+@_typing.final
+class EchoBytesResponse(_message.Message):
+    """Result of EchoBytes: the request's encoding, returned as it came."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAYLOAD_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def payload(self) -> _context_service_pb2.ShiftContextRequest:
+        """The request's payload."""
+
+    def __init__(
+        self,
+        *,
+        payload: _context_service_pb2.ShiftContextRequest | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EchoBytesResponse: _TypeAlias = EchoBytesResponse  # noqa: Y015

@@ -40,6 +40,11 @@ class EchoServiceStub:
                 request_serializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoRequest.SerializeToString,
                 response_deserializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoResponse.FromString,
                 _registered_method=True)
+        self.EchoBytes = channel.unary_unary(
+                '/contextshift.bench.v1.EchoService/EchoBytes',
+                request_serializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesRequest.SerializeToString,
+                response_deserializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesResponse.FromString,
+                _registered_method=True)
 
 
 class EchoServiceServicer:
@@ -47,7 +52,16 @@ class EchoServiceServicer:
     """
 
     def Echo(self, request, context):
-        """Parses the request and returns its payload unchanged.
+        """Parses the request and returns its payload unchanged, as a servicer built on the generated
+        code does.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EchoBytes(self, request, context):
+        """Returns the request's bytes without parsing them (served with no (de)serializers, as the
+        server serves ShiftContext): the floor of gRPC itself.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -60,6 +74,11 @@ def add_EchoServiceServicer_to_server(servicer, server):
                     servicer.Echo,
                     request_deserializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoRequest.FromString,
                     response_serializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoResponse.SerializeToString,
+            ),
+            'EchoBytes': grpc.unary_unary_rpc_method_handler(
+                    servicer.EchoBytes,
+                    request_deserializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesRequest.FromString,
+                    response_serializer=contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -90,6 +109,33 @@ class EchoService:
             '/contextshift.bench.v1.EchoService/Echo',
             contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoRequest.SerializeToString,
             contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EchoBytes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.bench.v1.EchoService/EchoBytes',
+            contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesRequest.SerializeToString,
+            contextshift_dot_bench_dot_v1_dot_echo__service__pb2.EchoBytesResponse.FromString,
             options,
             channel_credentials,
             insecure,

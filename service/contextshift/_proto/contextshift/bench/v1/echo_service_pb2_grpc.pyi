@@ -37,7 +37,13 @@ class EchoServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> EchoServiceAsyncStub: ...
     Echo: _grpc.UnaryUnaryMultiCallable[_echo_service_pb2.EchoRequest, _echo_service_pb2.EchoResponse]
-    """Parses the request and returns its payload unchanged."""
+    """Parses the request and returns its payload unchanged, as a servicer built on the generated
+    code does.
+    """
+    EchoBytes: _grpc.UnaryUnaryMultiCallable[_echo_service_pb2.EchoBytesRequest, _echo_service_pb2.EchoBytesResponse]
+    """Returns the request's bytes without parsing them (served with no (de)serializers, as the
+    server serves ShiftContext): the floor of gRPC itself.
+    """
 
 @_typing.type_check_only
 class EchoServiceAsyncStub(EchoServiceStub):
@@ -45,7 +51,13 @@ class EchoServiceAsyncStub(EchoServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Echo: _aio.UnaryUnaryMultiCallable[_echo_service_pb2.EchoRequest, _echo_service_pb2.EchoResponse]  # type: ignore[assignment]
-    """Parses the request and returns its payload unchanged."""
+    """Parses the request and returns its payload unchanged, as a servicer built on the generated
+    code does.
+    """
+    EchoBytes: _aio.UnaryUnaryMultiCallable[_echo_service_pb2.EchoBytesRequest, _echo_service_pb2.EchoBytesResponse]  # type: ignore[assignment]
+    """Returns the request's bytes without parsing them (served with no (de)serializers, as the
+    server serves ShiftContext): the floor of gRPC itself.
+    """
 
 class EchoServiceServicer(metaclass=_abc_1.ABCMeta):
     """Returns what it is sent: the floor of a unary call with a ShiftContext-sized payload."""
@@ -56,6 +68,18 @@ class EchoServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _echo_service_pb2.EchoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_echo_service_pb2.EchoResponse, _abc.Awaitable[_echo_service_pb2.EchoResponse]]:
-        """Parses the request and returns its payload unchanged."""
+        """Parses the request and returns its payload unchanged, as a servicer built on the generated
+        code does.
+        """
+
+    @_abc_1.abstractmethod
+    def EchoBytes(
+        self,
+        request: _echo_service_pb2.EchoBytesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_echo_service_pb2.EchoBytesResponse, _abc.Awaitable[_echo_service_pb2.EchoBytesResponse]]:
+        """Returns the request's bytes without parsing them (served with no (de)serializers, as the
+        server serves ShiftContext): the floor of gRPC itself.
+        """
 
 def add_EchoServiceServicer_to_server(servicer: EchoServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
