@@ -3,8 +3,10 @@
     python benchmarks/grpc_bench.py [--quick]     (also run by benchmarks/run.py)
 
 The server is the real `contextshift serve` (with --bench-echo) on 127.0.0.1, with 1 and then 2
-worker processes; clients are separate processes (closed loop, one call at a time each, a fresh
-connection per process), bounded in time. The payload is a 200-message chat (~40 KB of JSON) sent
+worker processes; clients are separate processes (closed loop, one call at a time each, one
+connection per worker process, round-robin), bounded in time. Each client measures every RPC in
+turn over the same connections, in step with the others, so the RPCs compare under the same spread
+of connections over the workers; the table shows that spread, from the server's log. The payload is a 200-message chat (~40 KB of JSON) sent
 as `blocks_json` with the default budget. Echo parses the same request message and returns its
 payload, as a servicer on the generated code does: the floor of a unary call through this server
 (same interceptor, same logging), and the baseline of the targets (issue 3): ShiftContext p50
@@ -22,6 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,12 +37,14 @@ import grpc  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
-from tests.integration.conftest import start_server  # noqa: E402
+from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
 
 # echo: a servicer on the generated code (parse, copy, serialize), the issue's baseline;
 # echo-bytes: the request's bytes sent back unparsed, the floor of gRPC itself (information).
 RPCS = ("echo", "echo-bytes", "shift")
 MESSAGES = 200
+Call = Callable[[], object]
+ROUND_SECONDS = 1.0  # each RPC's slice of a round
 TEXT_CHARS = 170  # each message's text is cut to this, for a ~40 KB chat
 
 
@@ -50,68 +55,101 @@ def payload() -> context_service_pb2.ShiftContextRequest:
     return context_service_pb2.ShiftContextRequest(blocks_json=json.dumps(blocks, ensure_ascii=False))
 
 
-def _client(address: str, rpc: str, seconds: float, results: Any) -> None:
-    """One client process: calls back to back for `seconds`, then reports its latencies."""
-    request = payload()
-    with grpc.insecure_channel(address) as channel:
-        call: Callable[[], object]
-        if rpc == "echo":
-            echo = echo_service_pb2_grpc.EchoServiceStub(channel)
-            message = echo_service_pb2.EchoRequest(payload=request)
-
-            def call() -> object:
-                return echo.Echo(message, timeout=10)
-        elif rpc == "echo-bytes":
-            echo = echo_service_pb2_grpc.EchoServiceStub(channel)
-            raw = echo_service_pb2.EchoBytesRequest(payload=request)
-
-            def call() -> object:
-                return echo.EchoBytes(raw, timeout=10)
-        else:
-            stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
-
-            def call() -> object:
-                return stub.ShiftContext(request, timeout=10)
-
-        for _ in range(20):  # warm the connection and the server's caches
-            call()
-        latencies = []
-        end = time.perf_counter() + seconds
-        while (start := time.perf_counter()) < end:
-            call()
-            latencies.append(time.perf_counter() - start)
-    results.put(latencies)
+METHODS = {
+    "echo": "/contextshift.bench.v1.EchoService/Echo",
+    "echo-bytes": "/contextshift.bench.v1.EchoService/EchoBytes",
+    "shift": "/contextshift.v1.ContextShiftService/ShiftContext",
+}
 
 
-def measure(address: str, rpc: str, clients: int, seconds: float) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")  # no gRPC state is inherited by the clients
-    results = context.Queue()
-    procs = [context.Process(target=_client, args=(address, rpc, seconds, results)) for _ in range(clients)]
-    for p in procs:
-        p.start()
-    latencies = [x for _ in procs for x in results.get(timeout=seconds + 120)]
-    for p in procs:
-        p.join(30)
-    latencies.sort()
+def _calls(channel: grpc.Channel, request: context_service_pb2.ShiftContextRequest) -> dict[str, Call]:
+    echo = echo_service_pb2_grpc.EchoServiceStub(channel)
+    shift = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    echo_request = echo_service_pb2.EchoRequest(payload=request)
+    bytes_request = echo_service_pb2.EchoBytesRequest(payload=request)
     return {
-        "rpc": rpc,
-        "calls": len(latencies),
-        "p50_ms": statistics.median(latencies) * 1e3,
-        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1e3,
-        "qps": len(latencies) / seconds,
+        "echo": lambda: echo.Echo(echo_request, timeout=10),
+        "echo-bytes": lambda: echo.EchoBytes(bytes_request, timeout=10),
+        "shift": lambda: shift.ShiftContext(request, timeout=10),
     }
 
 
-def run(workers_list: list[int], clients: int, seconds: float) -> list[dict[str, Any]]:
+def _client(address: str, connections: int, rounds: int, start: Any, results: Any) -> None:
+    """One client process: `rounds` rounds in which each RPC in turn, in step with the other
+    clients, is called back to back for a second, round-robin over `connections` connections.
+    Interleaving the RPCs gives them the same machine conditions over time, and using the same
+    connections gives them the same spread of connections over the worker processes (the kernel
+    assigns each connection to a worker once)."""
+    request = payload()
+    # A local subchannel pool: each channel opens its own connection.
+    channels = [
+        grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+        for _ in range(connections)
+    ]
+    try:
+        per_rpc = {
+            rpc: [calls[rpc] for calls in (_calls(channel, request) for channel in channels)] for rpc in RPCS
+        }
+        for _ in range(10):  # warm the connections and the server's caches
+            for calls in per_rpc.values():
+                for call in calls:
+                    call()
+        latencies: dict[str, list[float]] = {rpc: [] for rpc in RPCS}
+        for _ in range(rounds):
+            for rpc, calls in per_rpc.items():
+                start.wait()
+                measured = latencies[rpc]
+                end = time.perf_counter() + ROUND_SECONDS
+                while (begin := time.perf_counter()) < end:
+                    calls[len(measured) % connections]()
+                    measured.append(time.perf_counter() - begin)
+        results.put(latencies)
+    finally:
+        for channel in channels:
+            channel.close()
+
+
+def _split(server: ServerProcess, rpc: str) -> str:
+    """The shares of the RPC's calls each worker process served, from the server's log."""
+    pids = Counter(line["pid"] for line in server.log_lines() if line.get("method") == METHODS[rpc])
+    total = sum(pids.values())
+    return "/".join(f"{100 * n / total:.0f}" for n in sorted(pids.values(), reverse=True))
+
+
+def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, Any]]:
+    context = multiprocessing.get_context("spawn")  # no gRPC state is inherited by the clients
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workers in workers_list:
             server = start_server(Path(tmp), "--bench-echo", "--workers", str(workers))
             try:
+                start, results = context.Barrier(clients), context.Queue()
+                procs = [
+                    context.Process(target=_client, args=(server.address, workers, rounds, start, results))
+                    for _ in range(clients)
+                ]
+                for p in procs:
+                    p.start()
+                seconds = rounds * ROUND_SECONDS  # per RPC
+                latencies: dict[str, list[float]] = {rpc: [] for rpc in RPCS}
+                for _ in range(clients):
+                    for rpc, found in results.get(timeout=len(RPCS) * seconds + 120).items():
+                        latencies[rpc].extend(found)
+                for p in procs:
+                    p.join(30)
                 for rpc in RPCS:
+                    ordered = sorted(latencies[rpc])
                     rows.append(
-                        {"workers": workers, "clients": clients}
-                        | measure(server.address, rpc, clients, seconds)
+                        {
+                            "workers": workers,
+                            "clients": clients,
+                            "rpc": rpc,
+                            "calls": len(ordered),
+                            "p50_ms": statistics.median(ordered) * 1e3,
+                            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
+                            "qps": len(ordered) / seconds,
+                            "split": _split(server, rpc),
+                        }
                     )
             finally:
                 server.terminate()
@@ -119,10 +157,13 @@ def run(workers_list: list[int], clients: int, seconds: float) -> list[dict[str,
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(f"{'workers':>7} {'rpc':>10} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
+    print(
+        f"{'workers':>7} {'rpc':>10} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}  calls per worker %"
+    )
     for r in rows:
         print(
             f"{r['workers']:>7} {r['rpc']:>10} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
+            f"  {r['split']}"
         )
     findings = []
     for workers in sorted({r["workers"] for r in rows}):
@@ -145,7 +186,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 def main(quick: bool = False) -> int:
     size = len(payload().blocks_json.encode())
     print(f"gRPC ShiftContext vs echo: {MESSAGES} messages, {size / 1024:.1f} KiB of JSON")
-    rows = run([1, 2], clients=2, seconds=1.0 if quick else 8.0)
+    rows = run([1, 2], clients=2, rounds=1 if quick else 8)
     findings = report(rows)
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
@@ -157,5 +198,5 @@ def main(quick: bool = False) -> int:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: one second per measurement")
+    parser.add_argument("--quick", action="store_true", help="smoke run: one round instead of eight")
     raise SystemExit(main(parser.parse_args().quick))

@@ -3,6 +3,7 @@ becomes InternalError (never a hang, never a BaseException a server would not an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import pytest
 
 import contextshift
-from contextshift import _core
+from contextshift import _core, engine
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 
 
 def fields(exc: contextshift.InvalidInput) -> list[str]:
@@ -189,6 +191,33 @@ def test_json_text_and_dicts_give_the_same_shift() -> None:
         for text in (json.dumps(blocks), json.dumps(blocks).encode()):
             from_json = contextshift.shift_context(text, budget=budget)
             assert from_json == from_dicts
+
+
+@dataclasses.dataclass(frozen=True)
+class Listed:
+    kept_decisions: list[contextshift.BlockDecision]
+    excluded_decisions: list[contextshift.BlockDecision]
+
+
+def test_decisions_are_built_from_the_plan_and_compared() -> None:
+    blocks = [
+        {"role": "user", "content": "x" * 300},
+        {"role": "assistant", "content": "y"},
+        {"role": "user", "content": "now"},
+    ]
+    result = contextshift.shift_context(json.dumps(blocks), budget=30)
+    assert [d.id for d in result.kept] == ["#2"] and [d.id for d in result.excluded] == ["#0", "#1"]
+    # The core encodes the same decisions for a reply, in wire format.
+    plan = result.decisions
+    assert isinstance(plan, engine.Plan)
+    encoded = pb.ContextPlan.FromString(
+        plan.encode_decisions(pb.ContextPlan.KEPT_FIELD_NUMBER, pb.ContextPlan.EXCLUDED_FIELD_NUMBER)
+    )
+    for decoded, decided in ((encoded.kept, result.kept), (encoded.excluded, result.excluded)):
+        assert [(d.id, d.tokens, d.reason) for d in decoded] == [(d.id, d.tokens, d.reason) for d in decided]
+    # Results compare their decisions, whatever their source.
+    assert dataclasses.replace(result, decisions=Listed(result.kept, result.excluded)) == result
+    assert dataclasses.replace(result, decisions=Listed(result.kept, result.excluded[:1])) != result
 
 
 def test_json_text_errors_are_named() -> None:

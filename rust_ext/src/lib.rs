@@ -19,6 +19,7 @@ use contextshift_core::{
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -196,14 +197,70 @@ impl BlockDecision {
     }
 }
 
-/// The outcome of the removal plan: indices and decisions, each in block order.
-#[pyclass(frozen, module = "contextshift._core", get_all)]
+/// The outcome of the removal plan: indices in block order, and the decisions, which become
+/// Python objects only when asked for (a server encodes them straight from here).
+#[pyclass(frozen, module = "contextshift._core")]
 struct Plan {
+    conversation: Py<Conversation>,
+    #[pyo3(get)]
     kept: Vec<usize>,
+    #[pyo3(get)]
     excluded: Vec<usize>,
-    kept_decisions: Py<PyList>,
-    excluded_decisions: Py<PyList>,
+    #[pyo3(get)]
     total: u64,
+    /// Per block.
+    tokens: Vec<u64>,
+    reasons: Vec<Reason>,
+    kept_decisions: PyOnceLock<Py<PyList>>,
+    excluded_decisions: PyOnceLock<Py<PyList>>,
+}
+
+impl Plan {
+    fn decisions(&self, py: Python<'_>, indices: &[usize]) -> PyResult<Py<PyList>> {
+        let blocks = &self.conversation.get().blocks;
+        let _paused = GcPause::new(py);
+        let items = indices.iter().map(|&i| {
+            let id = PyString::new(py, &blocks[i].id).unbind();
+            let reason = reason_str(py, self.reasons[i]).clone().unbind();
+            Py::new(py, BlockDecision { id, tokens: self.tokens[i], reason })
+        });
+        Ok(PyList::new(py, items.collect::<PyResult<Vec<_>>>()?)?.unbind())
+    }
+}
+
+#[pymethods]
+impl Plan {
+    #[getter]
+    fn kept_decisions(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        let list = self.kept_decisions.get_or_try_init(py, || self.decisions(py, &self.kept))?;
+        Ok(list.clone_ref(py))
+    }
+
+    #[getter]
+    fn excluded_decisions(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
+        let list = self.excluded_decisions.get_or_try_init(py, || self.decisions(py, &self.excluded))?;
+        Ok(list.clone_ref(py))
+    }
+
+    /// The decisions as protobuf wire bytes: the repeated message fields `kept_field` and
+    /// `excluded_field`, whose message is `{string id = 1; int64 tokens = 2; string reason = 3}`
+    /// (`contextshift.v1.BlockDecision`). A reply merges them in instead of a Python message per
+    /// block.
+    fn encode_decisions<'py>(&self, py: Python<'py>, kept_field: u32, excluded_field: u32) -> Bound<'py, PyBytes> {
+        let blocks = &self.conversation.get().blocks;
+        let mut out = Vec::with_capacity(blocks.len() * 32);
+        let mut message = Vec::with_capacity(64);
+        for (field, indices) in [(kept_field, &self.kept), (excluded_field, &self.excluded)] {
+            for &i in indices {
+                message.clear();
+                wire::put_bytes(&mut message, 1, blocks[i].id.as_bytes());
+                wire::put_varint(&mut message, 2, self.tokens[i]);
+                wire::put_bytes(&mut message, 3, self.reasons[i].as_str().as_bytes());
+                wire::put_bytes(&mut out, field, &message);
+            }
+        }
+        PyBytes::new(py, &out)
+    }
 }
 
 impl Conversation {
@@ -323,7 +380,7 @@ impl Conversation {
     /// Stages 4–5 with the truncate strategy. Raises `TokenBudgetExceeded` when protected
     /// blocks alone exceed `budget`.
     fn plan(
-        &self,
+        slf: &Bound<'_, Self>,
         py: Python<'_>,
         counts: &Counts,
         budget: u64,
@@ -331,8 +388,9 @@ impl Conversation {
         protect_current_input: bool,
         start_on_user: bool,
     ) -> PyResult<Plan> {
+        let this = slf.get();
         guarded(|| {
-            let n = self.blocks.len();
+            let n = this.blocks.len();
             let mut unpinned_mask = vec![false; n];
             for i in unpinned {
                 *unpinned_mask
@@ -340,11 +398,11 @@ impl Conversation {
                     .ok_or_else(|| PyValueError::new_err(format!("unpinned index {i} out of range")))? = true;
             }
             let plan = py.detach(|| {
-                let protection = protection(&self.blocks, protect_current_input, &unpinned_mask);
+                let protection = protection(&this.blocks, protect_current_input, &unpinned_mask);
                 plan_removal(&PlanInput {
-                    blocks: &self.blocks,
+                    blocks: &this.blocks,
                     tokens: &counts.tokens,
-                    groups: &self.groups,
+                    groups: &this.groups,
                     protection: &protection,
                     unpinned: &unpinned_mask,
                     budget,
@@ -354,21 +412,15 @@ impl Conversation {
             });
             let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
             let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
-            let _paused = GcPause::new(py);
-            let decisions = |indices: &[usize]| -> PyResult<Py<PyList>> {
-                let items = indices.iter().map(|&i| BlockDecision {
-                    id: PyString::new(py, &self.blocks[i].id).unbind(),
-                    tokens: counts.tokens[i],
-                    reason: reason_str(py, plan.reasons[i]).clone().unbind(),
-                });
-                Ok(PyList::new(py, items.map(|d| Py::new(py, d)).collect::<PyResult<Vec<_>>>()?)?.unbind())
-            };
             Ok(Plan {
-                kept_decisions: decisions(&kept)?,
-                excluded_decisions: decisions(&excluded)?,
+                conversation: slf.clone().unbind(),
                 kept,
                 excluded,
                 total: plan.total,
+                tokens: counts.tokens.clone(),
+                reasons: plan.reasons,
+                kept_decisions: PyOnceLock::new(),
+                excluded_decisions: PyOnceLock::new(),
             })
         })
     }
@@ -493,30 +545,6 @@ impl From<&ProfileInfo> for ProfileDescription {
     }
 }
 
-/// Protobuf wire encoding of `decisions` as the repeated message field `field_number` (whose
-/// message is `{string id = 1; int64 tokens = 2; string reason = 3}`, as
-/// `contextshift.v1.BlockDecision`). The gRPC layer merges it into a reply in one C call instead
-/// of building a Python message per block.
-#[pyfunction]
-fn encode_decisions<'py>(
-    py: Python<'py>,
-    decisions: Vec<PyRef<'py, BlockDecision>>,
-    field_number: u32,
-) -> PyResult<Bound<'py, PyBytes>> {
-    guarded(|| {
-        let mut out = Vec::with_capacity(decisions.len() * 32);
-        let mut message = Vec::with_capacity(64);
-        for decision in &decisions {
-            message.clear();
-            wire::put_bytes(&mut message, 1, decision.id.bind(py).to_str()?.as_bytes());
-            wire::put_varint(&mut message, 2, decision.tokens);
-            wire::put_bytes(&mut message, 3, decision.reason.bind(py).to_str()?.as_bytes());
-            wire::put_bytes(&mut out, field_number, &message);
-        }
-        Ok(PyBytes::new(py, &out))
-    })
-}
-
 /// The encoded protobuf `message` without its length-delimited field `field_number`, and that
 /// field's payload (None when absent): a large string field is taken out as bytes before the
 /// rest is parsed. ValueError, naming the byte offset, when the message's framing is broken.
@@ -593,7 +621,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
-    m.add_function(wrap_pyfunction!(encode_decisions, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
     m.add_function(wrap_pyfunction!(encode_message_field, m)?)?;
     m.add_class::<ProfileDescription>()?;

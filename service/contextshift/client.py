@@ -77,6 +77,14 @@ class FinishResult:
 
 
 @dataclass(frozen=True)
+class ListedDecisions:
+    """The decisions of a reply."""
+
+    kept_decisions: list[BlockDecision]
+    excluded_decisions: list[BlockDecision]
+
+
+@dataclass(frozen=True)
 class JsonMessages:
     """The provider messages of a reply, decoded only when asked for."""
 
@@ -142,8 +150,10 @@ def _count_request(texts: Sequence[str], profile: str, model: str) -> pb.CountTo
 
 def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
     return RemoteShiftResult(
-        kept=[BlockDecision(d.id, d.tokens, d.reason) for d in plan.kept],
-        excluded=[BlockDecision(d.id, d.tokens, d.reason) for d in plan.excluded],
+        decisions=ListedDecisions(
+            [BlockDecision(d.id, d.tokens, d.reason) for d in plan.kept],
+            [BlockDecision(d.id, d.tokens, d.reason) for d in plan.excluded],
+        ),
         truncated=[Truncation(t.id, t.tokens_before, t.tokens_after, t.how) for t in plan.truncated],
         prompt_tokens=plan.prompt_tokens,
         budget=plan.budget,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from contextshift import calibration, engine
@@ -26,6 +26,15 @@ class Truncation:
     how: str
 
 
+class DecisionSource(Protocol):
+    """The kept and excluded blocks of a shift, in block order, with tokens and reason codes."""
+
+    @property
+    def kept_decisions(self) -> list[BlockDecision]: ...
+    @property
+    def excluded_decisions(self) -> list[BlockDecision]: ...
+
+
 class MessageSource(Protocol):
     """The kept messages of a shift, as dicts or as one JSON array text in UTF-8."""
 
@@ -35,8 +44,6 @@ class MessageSource(Protocol):
 
 @dataclass(frozen=True)
 class ShiftResult:
-    kept: list[BlockDecision]
-    excluded: list[BlockDecision]
     truncated: list[Truncation]
     prompt_tokens: int
     budget: int
@@ -50,8 +57,27 @@ class ShiftResult:
     # `budget`. Block tokens and `prompt_tokens` stay raw.
     calibration_factor: float = field(default=1.0, kw_only=True)
     calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
-    # Where `messages` come from; built only when asked for (a server sends JSON text, not dicts).
+    # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
+    # encodes the engine's plan and sends JSON text, with no Python object per block).
+    decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
     kept_messages: MessageSource = field(kw_only=True, repr=False, compare=False)
+
+    def __eq__(self, other: object) -> bool:
+        """Field by field, and the decisions, whatever their source."""
+        if not isinstance(other, ShiftResult) or other.__class__ is not self.__class__:
+            return NotImplemented
+        same_fields = all(getattr(self, f.name) == getattr(other, f.name) for f in fields(self) if f.compare)
+        return same_fields and (self.kept, self.excluded) == (other.kept, other.excluded)
+
+    @functools.cached_property
+    def kept(self) -> list[BlockDecision]:
+        """The kept blocks, in order."""
+        return self.decisions.kept_decisions
+
+    @functools.cached_property
+    def excluded(self) -> list[BlockDecision]:
+        """The excluded blocks, in order."""
+        return self.decisions.excluded_decisions
 
     @functools.cached_property
     def messages(self) -> list[Mapping[str, Any]]:
@@ -138,8 +164,6 @@ def shift_context(
     cuts = conversation.cuts(resolution.profile)
     cut_messages: dict[int, Mapping[str, Any]] = {index: message for index, *_, message in cuts}
     return ShiftResult(
-        kept=plan.kept_decisions,
-        excluded=plan.excluded_decisions,
         truncated=[Truncation(block_id, before, after, "CHAR_CAP") for _, block_id, before, after, _ in cuts],
         prompt_tokens=prompt_tokens,
         budget=resolved.tokens,
@@ -151,5 +175,6 @@ def shift_context(
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
+        decisions=plan,
         kept_messages=KeptMessages(blocks, conversation, plan.kept, cut_messages),
     )

@@ -1,6 +1,7 @@
 """Proto ↔ library: requests become `shift_context` / `count_tokens` calls, results become replies.
 
-Everything here is plain CPU work, run on the engine threads, never on the event loop.
+Everything here is plain CPU work, run on the engine threads (or, for small requests, on the event
+loop: see `ContextShiftServicer._run`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from contextshift import engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
 from contextshift.api.errors import invalid
-from contextshift.errors import FieldViolation, InvalidInput
+from contextshift.errors import FieldViolation, InternalError, InvalidInput
 from contextshift.options import ShiftOptions
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
@@ -219,13 +220,13 @@ def _provider_messages(
     return engine.encode_message_field(plan_field, [messages.SerializeToString()])
 
 
-def _decisions_wire(result: ShiftResult) -> bytes:
-    """ContextPlan.kept and .excluded, encoded by the core: a Python message per block would be
-    the bulk of a reply's building time otherwise."""
-    plan = context_service_pb2.ContextPlan
-    return engine.encode_decisions(result.kept, plan.KEPT_FIELD_NUMBER) + engine.encode_decisions(
-        result.excluded, plan.EXCLUDED_FIELD_NUMBER
-    )
+def _engine_plan(result: ShiftResult) -> engine.Plan:
+    """The core's plan behind a shift, whose decisions are encoded without a Python object per
+    block (that would be the bulk of a reply's building time otherwise)."""
+    plan = result.decisions
+    if not isinstance(plan, engine.Plan):  # shift_context's results carry the engine's plan
+        raise InternalError(f"a shift's decisions came as {type(plan).__name__}, not the engine's Plan")
+    return plan
 
 
 def encode_plan(
@@ -236,7 +237,8 @@ def encode_plan(
 ) -> bytes:
     """The ContextPlan of a shift, encoded: its small fields through protobuf, its decisions and
     messages by the core (an encoded message may carry its fields in any order)."""
-    original = len(result.kept) + len(result.excluded)
+    decided = _engine_plan(result)
+    kept, excluded = len(decided.kept), len(decided.excluded)
     plan = context_service_pb2.ContextPlan(
         truncated=[
             context_service_pb2.Truncation(
@@ -252,7 +254,7 @@ def encode_plan(
         approximate=result.approximate,
         warnings=[*warnings, *result.warnings],
         compaction=context_service_pb2.CompactionNote(
-            was_compacted=bool(result.excluded), original_count=original, compacted_count=len(result.kept)
+            was_compacted=excluded > 0, original_count=kept + excluded, compacted_count=kept
         ),
         # Raw and calibrated counts.
         model=result.model or "",
@@ -263,18 +265,19 @@ def encode_plan(
             else result.calibrated_prompt_tokens
         ),
     )
-    return b"".join(
-        (plan.SerializeToString(), _provider_messages(result, output_format), _decisions_wire(result))
-    )
+    fields = context_service_pb2.ContextPlan
+    decisions = decided.encode_decisions(fields.KEPT_FIELD_NUMBER, fields.EXCLUDED_FIELD_NUMBER)
+    return b"".join((plan.SerializeToString(), _provider_messages(result, output_format), decisions))
 
 
 @dataclass(frozen=True)
 class Shifted(Generic[R]):
-    """A served shift: the request as read (without `blocks_json`), the library's result, and the
-    reply's ContextPlan, encoded."""
+    """A served shift: the request as read (without `blocks_json`), the library's result, the
+    number of blocks it was given, and the reply's ContextPlan, encoded."""
 
     request: R
     result: ShiftResult
+    blocks: int
     plan: bytes
 
 
@@ -317,7 +320,9 @@ def shift(message: bytes, request_type: type[R], defaults: BudgetDefaults) -> Sh
         if request.blocks:
             raise _renamed(e, typed_field) from e
         raise
-    return Shifted(request, result, encode_plan(result, budget, resolution.warnings, request.output_format))
+    plan = _engine_plan(result)
+    encoded = encode_plan(result, budget, resolution.warnings, request.output_format)
+    return Shifted(request, result, len(plan.kept) + len(plan.excluded), encoded)
 
 
 def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb2.CountTokensResponse:

@@ -1,6 +1,8 @@
 """ContextShiftService over the library. The engine and every conversion run on a thread pool (the
 Rust core releases the GIL), so the event loop only moves bytes and the deadline is watched while
-the engine works: a call whose deadline passes is cancelled, its result discarded, nothing stored."""
+the engine works: a call whose deadline passes is cancelled, its result discarded, nothing stored.
+Requests of at most `inline_request_bytes` are the exception: their engine work (a fraction of a
+millisecond) costs less than the hop to a thread, so they run on the event loop, to completion."""
 
 from __future__ import annotations
 
@@ -161,7 +163,7 @@ class ContextShiftServicer:
             functools.partial(convert.shift, request, request_type, self._defaults), len(request)
         )
         stats = call_stats()
-        stats.blocks = len(shifted.result.kept) + len(shifted.result.excluded)
+        stats.blocks = shifted.blocks
         stats.tokens = shifted.result.prompt_tokens
         return shifted
 
