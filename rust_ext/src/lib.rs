@@ -560,21 +560,35 @@ fn split_message_field<'py>(
     })
 }
 
-/// The length-delimited field `field_number` (an embedded message, string or bytes) whose
-/// payload is `parts` joined: the encoding is built in one buffer, copying each part once.
-#[pyfunction]
-fn encode_message_field<'py>(
-    py: Python<'py>,
-    field_number: u32,
-    parts: Vec<Bound<'py, PyBytes>>,
-) -> Bound<'py, PyBytes> {
-    let parts: Vec<&[u8]> = parts.iter().map(|part| part.as_bytes()).collect();
-    let mut out = Vec::with_capacity(parts.iter().map(|part| part.len()).sum::<usize>() + 16);
-    wire::put_field_header(&mut out, field_number, parts.iter().map(|part| part.len()).sum());
-    for part in parts {
-        out.extend_from_slice(part);
+/// A piece of an encoded message as Python gives it: bytes, or `(field_number, [pieces])`.
+#[derive(FromPyObject)]
+enum PyPiece<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Field(u32, Vec<PyPiece<'py>>),
+}
+
+impl PyPiece<'_> {
+    fn borrow(&self) -> wire::Piece<'_> {
+        match self {
+            PyPiece::Bytes(bytes) => wire::Piece::Bytes(bytes.as_bytes()),
+            PyPiece::Field(field, pieces) => wire::Piece::Field(*field, pieces.iter().map(PyPiece::borrow).collect()),
+        }
     }
-    PyBytes::new(py, &out)
+}
+
+/// Encodes `pieces` in order (bytes as they are, `(field_number, [pieces])` as a length-delimited
+/// field of them) straight into one bytes object: nested reply fields around a large payload
+/// cost one copy of it, not one per level.
+#[pyfunction]
+fn encode_pieces<'py>(py: Python<'py>, pieces: Vec<PyPiece<'py>>) -> PyResult<Bound<'py, PyBytes>> {
+    let pieces: Vec<wire::Piece<'_>> = pieces.iter().map(PyPiece::borrow).collect();
+    let len = pieces.iter().map(wire::Piece::len).sum();
+    PyBytes::new_with(py, len, |mut buffer| {
+        for piece in &pieces {
+            piece.write(&mut buffer).map_err(|e| InternalError::new_err(format!("encoding a reply: {e}")))?;
+        }
+        Ok(())
+    })
 }
 
 /// Every built-in profile, described without loading a vocabulary.
@@ -622,7 +636,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
-    m.add_function(wrap_pyfunction!(encode_message_field, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_pieces, m)?)?;
     m.add_class::<ProfileDescription>()?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
     m.add_function(wrap_pyfunction!(describe_profile, m)?)?;

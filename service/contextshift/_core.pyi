@@ -1,7 +1,10 @@
 """Typed stub of the Rust extension `contextshift._core` (checked by mypy.stubtest)."""
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, TypeAlias, final
+
+# Part of an encoded message: bytes, or a length-delimited field of pieces (contextshift.engine.Piece).
+_Piece: TypeAlias = bytes | tuple[int, Sequence[_Piece]]
 
 __all__ = [
     "BlockDecision",
@@ -15,7 +18,7 @@ __all__ = [
     "count_cache_stats",
     "count_items",
     "describe_profile",
-    "encode_message_field",
+    "encode_pieces",
     "profiles",
     "split_message_field",
 ]
@@ -103,7 +106,7 @@ class ProfileDescription:
     def overhead_source(self) -> str: ...
 
 def split_message_field(message: bytes, field_number: int) -> tuple[bytes, bytes | None]: ...
-def encode_message_field(field_number: int, parts: Sequence[bytes]) -> bytes: ...
+def encode_pieces(pieces: Sequence[_Piece]) -> bytes: ...
 def count_items(items: Sequence[Any], profile: str) -> list[int]: ...
 def profiles() -> list[ProfileDescription]: ...
 def describe_profile(name: str) -> ProfileDescription: ...

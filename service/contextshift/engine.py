@@ -3,6 +3,9 @@ the boundary (and its typed stub, `_core.pyi`) stays in one place."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeAlias
+
 from contextshift._core import (
     BlockDecision,
     Conversation,
@@ -14,15 +17,20 @@ from contextshift._core import (
     count_cache_stats,
     count_items,
     describe_profile,
-    encode_message_field,
+    encode_pieces,
     profiles,
     split_message_field,
 )
+
+# Part of an encoded message for `encode_pieces`: bytes as they are, or `(field_number, pieces)`
+# for a length-delimited field made of them.
+Piece: TypeAlias = "bytes | tuple[int, Sequence[Piece]]"
 
 __all__ = [
     "BlockDecision",
     "Conversation",
     "Counts",
+    "Piece",
     "Plan",
     "ProfileDescription",
     "clear_count_cache",
@@ -30,7 +38,7 @@ __all__ = [
     "count_cache_stats",
     "count_items",
     "describe_profile",
-    "encode_message_field",
+    "encode_pieces",
     "profiles",
     "split_message_field",
 ]

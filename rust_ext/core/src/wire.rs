@@ -3,6 +3,7 @@
 //! a large `blocks_json` goes to the JSON parser as bytes, never through a Python `str`).
 
 use std::fmt;
+use std::io::{self, Write};
 
 fn put_varint_raw(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
@@ -30,6 +31,48 @@ pub fn put_field_header(out: &mut Vec<u8>, field: u32, len: usize) {
 pub fn put_bytes(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
     put_field_header(out, field, bytes.len());
     out.extend_from_slice(bytes);
+}
+
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Part of an encoded message: bytes as they are, or a length-delimited field (an embedded
+/// message, string or bytes) whose payload is the pieces in order. A reply built from pieces is
+/// written in one pass into a buffer of its exact size, each leaf copied once.
+pub enum Piece<'a> {
+    Bytes(&'a [u8]),
+    Field(u32, Vec<Piece<'a>>),
+}
+
+impl Piece<'_> {
+    /// The encoded length.
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Bytes(bytes) => bytes.len(),
+            Piece::Field(field, pieces) => {
+                let payload: usize = pieces.iter().map(Piece::len).sum();
+                varint_len(u64::from(*field) << 3 | 2) + varint_len(payload as u64) + payload
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Writes the encoding to `out` (a `Vec`, or a slice of at least `len()` bytes).
+    pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
+        match self {
+            Piece::Bytes(bytes) => out.write_all(bytes),
+            Piece::Field(field, pieces) => {
+                let mut header = Vec::with_capacity(20);
+                put_field_header(&mut header, *field, pieces.iter().map(Piece::len).sum());
+                out.write_all(&header)?;
+                pieces.iter().try_for_each(|piece| piece.write(out))
+            }
+        }
+    }
 }
 
 /// Why an encoded message could not be read.
@@ -144,6 +187,34 @@ mod tests {
         let split = split_field(&encoded, 2).unwrap();
         assert_eq!(split, Split { rest: encoded.clone(), value: None });
         assert_eq!(split_field(&[], 2).unwrap(), Split { rest: vec![], value: None });
+    }
+
+    #[test]
+    fn pieces_nest_fields_with_their_exact_lengths() {
+        let long = vec![b'x'; 300]; // a two-byte length
+        let piece = Piece::Field(
+            2,
+            vec![
+                Piece::Bytes(b"head"),
+                Piece::Field(11, vec![Piece::Bytes(b""), Piece::Field(2, vec![Piece::Bytes(&long)])]),
+            ],
+        );
+        let mut inner = Vec::new();
+        put_bytes(&mut inner, 2, &long);
+        let mut middle = Vec::new();
+        put_bytes(&mut middle, 11, &inner);
+        let mut expected = Vec::new();
+        put_bytes(&mut expected, 2, &[&b"head"[..], &middle].concat());
+        let mut out = Vec::new();
+        piece.write(&mut out).unwrap();
+        assert_eq!(out, expected);
+        assert_eq!(piece.len(), expected.len());
+        let mut exact = vec![0; piece.len()];
+        piece.write(&mut exact.as_mut_slice()).unwrap();
+        assert_eq!(exact, expected);
+        assert!(piece.write(&mut vec![0; piece.len() - 1].as_mut_slice()).is_err());
+        assert!(Piece::Bytes(b"").is_empty() && !Piece::Field(1, vec![]).is_empty());
+        assert_eq!((varint_len(0), varint_len(127), varint_len(128), varint_len(u64::MAX)), (1, 1, 2, 10));
     }
 
     #[test]

@@ -197,8 +197,8 @@ def _budget(request: ShiftRequest, resolution: Resolution, defaults: BudgetDefau
 
 def _provider_messages(
     result: ShiftResult, output_format: context_service_pb2.OutputFormat.ValueType
-) -> bytes:
-    """ContextPlan.messages, encoded."""
+) -> engine.Piece:
+    """ContextPlan.messages."""
     plan_field = context_service_pb2.ContextPlan.MESSAGES_FIELD_NUMBER
     if output_format == context_service_pb2.OUTPUT_FORMAT_OPENAI_CHAT:
         messages = context_service_pb2.ProviderMessages(
@@ -213,11 +213,9 @@ def _provider_messages(
     else:
         # The caller's own text of each kept block, never decoded into dicts nor into a str.
         head = context_service_pb2.ProviderMessages(format=context_service_pb2.OUTPUT_FORMAT_INPUT)
-        text = engine.encode_message_field(
-            context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER, [result.messages_json_bytes()]
-        )
-        return engine.encode_message_field(plan_field, [head.SerializeToString(), text])
-    return engine.encode_message_field(plan_field, [messages.SerializeToString()])
+        text_field = context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER
+        return (plan_field, [head.SerializeToString(), (text_field, [result.messages_json_bytes()])])
+    return (plan_field, [messages.SerializeToString()])
 
 
 def _engine_plan(result: ShiftResult) -> engine.Plan:
@@ -234,9 +232,10 @@ def encode_plan(
     budget: contextshift.Budget,
     warnings: Sequence[str],
     output_format: context_service_pb2.OutputFormat.ValueType,
-) -> bytes:
-    """The ContextPlan of a shift, encoded: its small fields through protobuf, its decisions and
-    messages by the core (an encoded message may carry its fields in any order)."""
+) -> list[engine.Piece]:
+    """The ContextPlan of a shift, encoded in pieces for `engine.encode_pieces`: its small fields
+    through protobuf, its decisions and messages by the core (an encoded message may carry its
+    fields in any order)."""
     decided = _engine_plan(result)
     kept, excluded = len(decided.kept), len(decided.excluded)
     plan = context_service_pb2.ContextPlan(
@@ -267,18 +266,18 @@ def encode_plan(
     )
     fields = context_service_pb2.ContextPlan
     decisions = decided.encode_decisions(fields.KEPT_FIELD_NUMBER, fields.EXCLUDED_FIELD_NUMBER)
-    return b"".join((plan.SerializeToString(), _provider_messages(result, output_format), decisions))
+    return [plan.SerializeToString(), _provider_messages(result, output_format), decisions]
 
 
 @dataclass(frozen=True)
 class Shifted(Generic[R]):
     """A served shift: the request as read (without `blocks_json`), the library's result, the
-    number of blocks it was given, and the reply's ContextPlan, encoded."""
+    number of blocks it was given, and the reply's ContextPlan, encoded in pieces."""
 
     request: R
     result: ShiftResult
     blocks: int
-    plan: bytes
+    plan: list[engine.Piece]
 
 
 def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]:

@@ -178,12 +178,12 @@ class ContextShiftServicer:
             generation_id, Generation(result.model or "", result.prompt_tokens, result.approximate)
         )
         head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
-        return head + engine.encode_message_field(pb.ShiftContextResponse.PLAN_FIELD_NUMBER, [shifted.plan])
+        return engine.encode_pieces([head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
 
     async def PreviewContext(self, request: bytes, context: Context) -> bytes:
         """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out."""
         shifted = await self._shift(request, pb.PreviewContextRequest)
-        return engine.encode_message_field(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, [shifted.plan])
+        return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
         response = await self._run(functools.partial(convert.count, request), request.ByteSize())
