@@ -290,9 +290,9 @@ def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]
         raise invalid("request", f"not an encoded {request_type.DESCRIPTOR.full_name}: {e}") from e
 
 
-def shift(message: bytes, request_type: type[R], defaults: BudgetDefaults) -> Shifted[R]:
-    """Run the shift an encoded ShiftContext or PreviewContext request asks for."""
-    request, blocks_json = read_shift_request(message, request_type)
+def shift(request: R, blocks_json: bytes, defaults: BudgetDefaults) -> Shifted[R]:
+    """Run the shift a ShiftContext or PreviewContext request asks for (as `read_shift_request`
+    gives it)."""
     if request.blocks and blocks_json:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in _OUTPUT_FORMATS:

@@ -1,8 +1,9 @@
 """ContextShiftService over the library. The engine and every conversion run on a thread pool (the
 Rust core releases the GIL), so the event loop only moves bytes and the deadline is watched while
 the engine works: a call whose deadline passes is cancelled, its result discarded, nothing stored.
-Requests of at most `inline_request_bytes` are the exception: their engine work (a fraction of a
-millisecond) costs less than the hop to a thread, so they run on the event loop, to completion."""
+Requests of at most `inline_request_bytes` are the exception once their profile is loaded: their
+engine work (a fraction of a millisecond) costs less than the hop to a thread, so they run on the
+event loop, to completion."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ NO_AUDIT_STORE = (
 )
 # ShiftContext generations whose estimates FinishGeneration can still calibrate with, per process.
 MAX_GENERATIONS = 10_000
+# (profile, model) pairs a process remembers having served, so their small requests run inline;
+# bounded because clients choose the strings.
+MAX_SERVED_PROFILES = 1024
 
 _EXACTNESS = {
     "exact": pb.EXACTNESS_EXACT,
@@ -148,19 +152,32 @@ class ContextShiftServicer:
         self._executor = executor
         self._defaults = defaults
         self._inline_request_bytes = inline_request_bytes
+        self._served_profiles: set[tuple[str, str]] = set()
         self._generations = Generations(max_generations)
 
-    async def _run(self, fn: Callable[[], T], request_bytes: int | None = None) -> T:
-        """Runs `fn` on the engine threads, or on the event loop when the request is at most
-        `inline_request_bytes`: for a small request the hop to a thread and back (two wake-ups, and
-        the GIL handed between the threads) costs more than the engine work itself."""
-        if request_bytes is not None and request_bytes <= self._inline_request_bytes:
+    async def _run(
+        self, fn: Callable[[], T], request_bytes: int | None = None, profile: tuple[str, str] | None = None
+    ) -> T:
+        """Runs `fn` on the engine threads. A request of at most `inline_request_bytes` runs on the
+        event loop instead, once this process has served its `(profile, model)`: for a small
+        request the hop to a thread and back (two wake-ups, and the GIL handed between the threads)
+        costs more than the engine work itself, but a first use loads a vocabulary or a
+        tokenizer.json (up to seconds), which must not stall the loop."""
+        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
+        if small and profile in self._served_profiles:
             return fn()
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        if small and profile is not None and len(self._served_profiles) < MAX_SERVED_PROFILES:
+            self._served_profiles.add(profile)
+        return result
 
     async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
+        # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
+        read, blocks_json = convert.read_shift_request(request, request_type)
         shifted = await self._run(
-            functools.partial(convert.shift, request, request_type, self._defaults), len(request)
+            functools.partial(convert.shift, read, blocks_json, self._defaults),
+            len(request),
+            (read.profile, read.model),
         )
         stats = call_stats()
         stats.blocks = shifted.blocks
@@ -186,7 +203,9 @@ class ContextShiftServicer:
         return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
-        response = await self._run(functools.partial(convert.count, request), request.ByteSize())
+        response = await self._run(
+            functools.partial(convert.count, request), request.ByteSize(), (request.profile, request.model)
+        )
         stats = call_stats()
         stats.blocks = len(response.counts)
         stats.tokens = response.total

@@ -1,0 +1,81 @@
+"""Where the servicer runs the engine: a small request on the event loop once its process has served
+its profile and model, a first use (which may load a vocabulary) and a large request on the
+engine threads. In process, with an executor that counts what it is handed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api import interceptors
+from contextshift.api.convert import BudgetDefaults
+from contextshift.api.servicer import ContextShiftServicer
+from contextshift.errors import InvalidOptions
+
+INLINE_BYTES = 4096
+
+
+class CountingExecutor(ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.handed = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.handed += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+def blocks_json(chars: int) -> str:
+    return json.dumps([{"role": "user", "content": "x" * chars}])
+
+
+def test_small_requests_run_inline_once_their_profile_was_served() -> None:
+    executor = CountingExecutor()
+    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=INLINE_BYTES)
+
+    async def handed(**fields: Any) -> int:
+        """How many calls the executor was handed after one ShiftContext with these fields."""
+        interceptors._stats.set(interceptors.CallStats())
+        request = pb.ShiftContextRequest(**fields)
+        await servicer.ShiftContext(request.SerializeToString(), context=None)  # type: ignore[arg-type]
+        return executor.handed
+
+    async def scenario() -> None:
+        small = blocks_json(100)
+        assert await handed(blocks_json=small) == 1  # first use of (heuristic, no model): a thread
+        assert await handed(blocks_json=small) == 1  # then inline
+        assert await handed(blocks_json=small, model="gpt-4o") == 2  # another pair: a thread first
+        assert await handed(blocks_json=small, model="gpt-4o") == 2
+        assert await handed(blocks_json=blocks_json(2 * INLINE_BYTES)) == 3  # large: always a thread
+        for expected in (4, 5):  # a profile that does not load is never marked served
+            with pytest.raises(InvalidOptions):
+                await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
+            assert executor.handed == expected
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        executor.shutdown()
+
+
+def test_inline_off_runs_everything_on_the_engine_threads() -> None:
+    executor = CountingExecutor()
+    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=0)
+
+    async def scenario() -> None:
+        interceptors._stats.set(interceptors.CallStats())
+        request = pb.ShiftContextRequest(blocks_json=blocks_json(10)).SerializeToString()
+        for _ in range(3):
+            await servicer.ShiftContext(request, context=None)  # type: ignore[arg-type]
+        assert executor.handed == 3
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        executor.shutdown()
