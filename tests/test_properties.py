@@ -8,6 +8,7 @@ Deterministic by default (see tests/conftest.py for the hypothesis profiles).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,10 +49,40 @@ def library_budget(spec: int | tuple[int, int, int]) -> int | contextshift.Budge
     return spec if isinstance(spec, int) else contextshift.Budget(*spec)
 
 
-def run_library(scenario: Scenario) -> contextshift.ShiftResult:
+def run_library(scenario: Scenario, blocks: Any = None) -> contextshift.ShiftResult:
     return contextshift.shift_context(
-        scenario.blocks, budget=library_budget(scenario.budget), options=scenario.options
+        scenario.blocks if blocks is None else blocks,
+        budget=library_budget(scenario.budget),
+        options=scenario.options,
     )
+
+
+def as_json_text(blocks: list[Any]) -> str | None:
+    """The blocks as JSON text, when JSON holds them exactly (no NaN, tuples or non-string keys)."""
+    try:
+        text = json.dumps(blocks, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return None
+    return text if json.loads(text) == blocks else None
+
+
+def assert_json_route_agrees(scenario: Scenario) -> None:
+    """The same blocks as JSON text (the gRPC `blocks_json` route, parsed in Rust) give the same
+    result, messages or error as the dicts."""
+    text = as_json_text(scenario.blocks)
+    if text is None:
+        return
+    try:
+        from_dicts = run_library(scenario)
+    except (contextshift.InvalidInput, contextshift.TokenBudgetExceeded) as error:
+        with pytest.raises(type(error)) as caught:
+            run_library(scenario, text)
+        assert str(caught.value) == str(error)
+        return
+    for blocks in (text, text.encode()):
+        from_json = run_library(scenario, blocks)
+        assert from_json == from_dicts
+        assert json.loads(from_json.messages_json()) == json.loads(from_dicts.messages_json())
 
 
 def decisions(items: Sequence[contextshift.BlockDecision]) -> list[tuple[str, int, str]]:
@@ -189,12 +220,14 @@ def test_shift_matches_reference_and_invariants(scenario: Scenario) -> None:
     if result is not None:
         check_invariants(scenario, result)
     assert scenario.blocks == snapshot, "shift_context modified its input"
+    assert_json_route_agrees(scenario)
 
 
 @settings(max_examples=examples(400))
 @given(invalid_scenarios())
 def test_invalid_blocks_match_reference(scenario: Scenario) -> None:
     assert_same_outcome(scenario)
+    assert_json_route_agrees(scenario)
 
 
 @settings(max_examples=examples(150))
