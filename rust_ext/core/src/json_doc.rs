@@ -171,8 +171,9 @@ pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Res
     Ok(JsonConversation { conversation, spans })
 }
 
-/// Containers nested inside one block deeper than this are refused (the reader recurses).
-const MAX_DEPTH: usize = 100;
+/// Containers nested inside one block deeper than this are refused (the reader recurses), as
+/// dict blocks are.
+const MAX_DEPTH: usize = 128;
 
 /// A strict JSON reader (RFC 8259) over valid UTF-8 text, writing a tape. Any error is `None`;
 /// `describe_malformed` then asks serde_json what is wrong.
@@ -460,7 +461,7 @@ fn read_spanned_array(text: &str) -> Option<(Tape<'_>, Vec<usize>, Vec<Span>)> {
 fn describe_malformed(text: &str) -> String {
     match serde_json::from_str::<Vec<serde::de::IgnoredAny>>(text) {
         Err(e) => e.to_string(),
-        Ok(_) => format!("a block nests deeper than {MAX_DEPTH} levels"),
+        Ok(_) => format!("a block is nested deeper than {MAX_DEPTH} levels"),
     }
 }
 
@@ -621,9 +622,9 @@ mod tests {
         let nested = |levels: usize| format!("[{}{}]", "[".repeat(levels), "]".repeat(levels));
         assert!(read_spanned_array(&nested(MAX_DEPTH)).is_some());
         let err = parse_json_blocks(&nested(MAX_DEPTH + 1), 100, "blocks_json").unwrap_err();
-        assert!(err[0].description.ends_with("nests deeper than 100 levels"), "{}", err[0].description);
+        assert!(err[0].description.ends_with("nested deeper than 128 levels"), "{}", err[0].description);
         // Refused without overflowing the stack.
         let err = parse_json_blocks(&nested(100_000), 100, "blocks_json").unwrap_err();
-        assert!(err[0].description.ends_with("nests deeper than 100 levels"), "{}", err[0].description);
+        assert!(err[0].description.ends_with("nested deeper than 128 levels"), "{}", err[0].description);
     }
 }
