@@ -94,7 +94,7 @@ def test_deep_nesting_is_refused_not_a_crash() -> None:
     with pytest.raises(contextshift.InvalidBlocks, match="nested deeper"):
         contextshift.shift_context([block], budget=10_000)
     text = '[{"role": "user", "content": "hi", "meta": ' + "[" * 5000 + "]" * 5000 + "}]"
-    with pytest.raises(contextshift.InvalidBlocks, match="blocks_json: .* nested deeper than 128 levels"):
+    with pytest.raises(contextshift.InvalidBlocks, match=r"blocks_json: .* nested deeper than 128 levels"):
         contextshift.shift_context(text, budget=10_000)
 
 
