@@ -264,8 +264,8 @@ def encode_plan(
             else result.calibrated_prompt_tokens
         ),
     )
-    fields = context_service_pb2.ContextPlan
-    decisions = decided.encode_decisions(fields.KEPT_FIELD_NUMBER, fields.EXCLUDED_FIELD_NUMBER)
+    numbers = context_service_pb2.ContextPlan
+    decisions = decided.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
     return [plan.SerializeToString(), _provider_messages(result, output_format), decisions]
 
 
