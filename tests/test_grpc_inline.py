@@ -41,7 +41,7 @@ def test_small_requests_run_inline_once_their_profile_was_served() -> None:
 
     async def handed(**fields: Any) -> int:
         """How many calls the executor was handed after one ShiftContext with these fields."""
-        interceptors._stats.set(interceptors.CallStats())
+        interceptors.begin_call_stats()
         request = pb.ShiftContextRequest(**fields)
         await servicer.ShiftContext(request.SerializeToString(), context=None)  # type: ignore[arg-type]
         return executor.handed
@@ -69,7 +69,7 @@ def test_inline_off_runs_everything_on_the_engine_threads() -> None:
     servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=0)
 
     async def scenario() -> None:
-        interceptors._stats.set(interceptors.CallStats())
+        interceptors.begin_call_stats()
         request = pb.ShiftContextRequest(blocks_json=blocks_json(10)).SerializeToString()
         for _ in range(3):
             await servicer.ShiftContext(request, context=None)  # type: ignore[arg-type]

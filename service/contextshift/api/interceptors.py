@@ -37,6 +37,13 @@ def call_stats() -> CallStats:
     return _stats.get()
 
 
+def begin_call_stats() -> CallStats:
+    """Fresh stats for a call starting in the current context."""
+    stats = CallStats()
+    _stats.set(stats)
+    return stats
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the record's `fields`."""
 
@@ -79,8 +86,7 @@ class ErrorsAndLogging(aio.ServerInterceptor):
 
     def _wrap(self, method: str, behavior: Behavior) -> Behavior:
         async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
-            stats = CallStats()
-            _stats.set(stats)
+            stats = begin_call_stats()
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
