@@ -43,7 +43,8 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
 }
 
 /// Text tokens of each text, in order.
-pub fn count_texts(profile: &Profile, texts: &[&str]) -> Vec<u64> {
+#[cfg(test)]
+fn count_texts(profile: &Profile, texts: &[&str]) -> Vec<u64> {
     batch(profile, texts, |t| t.len(), |t| profile.text_tokens(t))
 }
 

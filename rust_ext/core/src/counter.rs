@@ -115,8 +115,7 @@ impl HfJson {
         if let Some(added) = value.get_mut("added_tokens").and_then(|a| a.as_array_mut()) {
             added.retain(|t| t.get("special").and_then(|s| s.as_bool()) != Some(true));
         }
-        let json = serde_json::to_vec(&value).map_err(|e| e.to_string())?;
-        HfTokenizer::from_bytes(json).map(HfJson).map_err(|e| format!("not a tokenizer.json: {e}"))
+        serde_json::from_value::<HfTokenizer>(value).map(HfJson).map_err(|e| format!("not a tokenizer.json: {e}"))
     }
 
     pub fn vocab_size(&self) -> u64 {

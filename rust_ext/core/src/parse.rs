@@ -224,7 +224,8 @@ pub fn parse_conversation<N: Node>(
     }
 }
 
-/// [`parse_conversation`] over JSON values (a parsed `blocks_json` array, tests).
+/// [`parse_conversation`] over JSON values, for tests.
+#[cfg(test)]
 pub fn parse_values(values: &[Value], max_block_chars: usize, list_name: &str) -> Result<Conversation, Vec<Violation>> {
     parse_conversation(&values.iter().collect::<Vec<_>>(), max_block_chars, list_name)
 }
