@@ -147,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextshift", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    profile_names = [p.name for p in list_profiles()]
 
     serve = sub.add_parser(
         "serve", help="serve the gRPC API (settings: flags > environment > --config TOML > defaults)"
@@ -160,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("--context-limit", type=int, default=128_000)
     preview.add_argument("--response-reserve", type=int, default=0)
     preview.add_argument("--system-reserve", type=int, default=0)
-    preview.add_argument("--profile", default="heuristic", choices=[p.name for p in list_profiles()])
+    preview.add_argument("--profile", default="heuristic", choices=profile_names)
     preview.add_argument("--strategy", default="truncate")
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
     preview.set_defaults(run=_preview)
@@ -169,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = count.add_mutually_exclusive_group(required=True)
     source.add_argument("file", type=Path, nargs="?")
     source.add_argument("--text")
-    count.add_argument("--profile", default="heuristic", choices=[p.name for p in list_profiles()])
+    count.add_argument("--profile", default="heuristic", choices=profile_names)
     count.set_defaults(run=_count)
     return parser
 

@@ -24,6 +24,10 @@ class Setting:
     help: str
     minimum: float | None = None
 
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
 
 SETTINGS = [
     Setting("host", str, "127.0.0.1", "CONTEXTSHIFT_HOST", "address to listen on"),
@@ -124,11 +128,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; unset flags stay None so the environment and file can apply."""
     parser.add_argument("--config", type=Path, help=f"TOML file with settings (env {CONFIG_ENV})")
     for s in SETTINGS:
-        flag = "--" + s.name.replace("_", "-")
         if s.kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
+            parser.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
         else:
-            parser.add_argument(flag, default=None, help=f"{s.help} (env {s.env})")
+            parser.add_argument(s.flag, default=None, help=f"{s.help} (env {s.env})")
 
 
 def _convert(setting: Setting, value: Any, source: str) -> Any:
@@ -171,9 +174,8 @@ def load(
             )
     values: dict[str, Any] = {}
     for s in SETTINGS:
-        flag = "--" + s.name.replace("_", "-")
         if flags.get(s.name) is not None:
-            values[s.name] = _convert(s, flags[s.name], flag)
+            values[s.name] = _convert(s, flags[s.name], s.flag)
         elif env.get(s.env):
             values[s.name] = _convert(s, env[s.env], f"${s.env}")
         elif s.name in file_values:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import grpc
 from google.protobuf import any_pb2
@@ -59,11 +59,8 @@ def bad_request(message: str, violations: Iterable[FieldViolation]) -> grpc.Stat
     return _status(grpc.StatusCode.INVALID_ARGUMENT, message, _pack(detail))
 
 
-def status_for(
-    error: Exception, field_name: Callable[[str], str] = lambda field: field
-) -> grpc.Status | None:
-    """The status for an error the API expects, or None for a bug. `field_name` translates a library
-    field path into the request's (typed blocks name their parts differently from JSON)."""
+def status_for(error: Exception) -> grpc.Status | None:
+    """The status for an error the API expects, or None for a bug."""
     if isinstance(error, TokenBudgetExceeded):
         info = error_details_pb2.ErrorInfo(
             reason=error.code,
@@ -73,8 +70,7 @@ def status_for(
         return _status(grpc.StatusCode.FAILED_PRECONDITION, str(error), _pack(info))
     if isinstance(error, InvalidInput):
         violations = [
-            FieldViolation(field_name(_FIELD_NAMES.get(v.field, v.field)), v.description)
-            for v in error.violations
+            FieldViolation(_FIELD_NAMES.get(v.field, v.field), v.description) for v in error.violations
         ]
         return bad_request("; ".join(f"{v.field}: {v.description}" for v in violations), violations)
     if isinstance(error, RequestError):

@@ -68,21 +68,30 @@ DEADLINE_SLACK_SECONDS = 0.1
 
 
 class ErrorsAndLogging(aio.ServerInterceptor):
+    def __init__(self) -> None:
+        # A method's handler is fixed once the server runs: wrap it once, not on every call.
+        self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method = handler_call_details.method
+        wrapped = self._wrapped.get(method)
+        if wrapped is not None:
+            return wrapped
         handler = await continuation(handler_call_details)
         # Streaming calls (health Watch, reflection) pass through untouched.
         if handler is None or handler.unary_unary is None:
             return handler
-        method = handler_call_details.method
-        return grpc.unary_unary_rpc_method_handler(
+        wrapped = grpc.unary_unary_rpc_method_handler(
             self._wrap(method, cast(Behavior, handler.unary_unary)),  # aio handlers are coroutines
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+        self._wrapped[method] = wrapped
+        return wrapped
 
     def _wrap(self, method: str, behavior: Behavior) -> Behavior:
         async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
