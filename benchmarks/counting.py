@@ -147,9 +147,10 @@ def run(quick: bool) -> dict[str, Any]:
                 if counts[name] != counts[reference]:
                     row["note"] = f"counts {counts[name]}, {reference} {counts[reference]}"
                 rows.append(row)
-        sums = {name: fn(batch) for name, fn in batch_contenders().items()}
+        batch_counters = batch_contenders()
+        sums = {name: fn(batch) for name, fn in batch_counters.items()}
         assert sums["contextshift"] == sums["tiktoken"], sums
-        for name, batch_fn in batch_contenders().items():
+        for name, batch_fn in batch_counters.items():
             seconds = best_seconds(functools.partial(batch_fn, batch), repeat)
             row = {"case": "10k messages, o200k_base", "counter": name, "mb_s": batch_bytes / seconds / 1e6}
             if sums[name] != sums["tiktoken"]:

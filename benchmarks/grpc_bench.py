@@ -116,15 +116,6 @@ def _split(server: ServerProcess, rpc: str) -> str:
     return "/".join(f"{100 * n / total:.0f}" for n in sorted(pids.values(), reverse=True))
 
 
-def _wait_serving(server: ServerProcess, workers: int, timeout: float = 30.0) -> None:
-    """Until every worker process listens: a connection made earlier could only reach the first."""
-    deadline = time.monotonic() + timeout
-    while sum(line.get("msg") == "serving" for line in server.log_lines()) < workers:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"fewer than {workers} worker processes serving after {timeout} s")
-        time.sleep(0.05)
-
-
 def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, Any]]:
     context = multiprocessing.get_context("spawn")  # no gRPC state is inherited by the clients
     rows = []
@@ -132,7 +123,7 @@ def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, An
         for workers in workers_list:
             server = start_server(Path(tmp), "--bench-echo", "--workers", str(workers))
             try:
-                _wait_serving(server, workers)
+                server.wait_serving(workers)
                 start, results = context.Barrier(clients), context.Queue()
                 procs = [
                     context.Process(target=_client, args=(server.address, workers, rounds, start, results))

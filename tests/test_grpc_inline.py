@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -31,12 +31,17 @@ class CountingExecutor(ThreadPoolExecutor):
         return super().submit(fn, *args, **kwargs)
 
 
+@pytest.fixture
+def executor() -> Iterator[CountingExecutor]:
+    with CountingExecutor() as counting:
+        yield counting
+
+
 def blocks_json(chars: int) -> str:
     return json.dumps([{"role": "user", "content": "x" * chars}])
 
 
-def test_small_requests_run_inline_once_their_profile_was_served() -> None:
-    executor = CountingExecutor()
+def test_small_requests_run_inline_once_their_profile_was_served(executor: CountingExecutor) -> None:
     servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=INLINE_BYTES)
 
     async def handed(**fields: Any) -> int:
@@ -58,14 +63,10 @@ def test_small_requests_run_inline_once_their_profile_was_served() -> None:
                 await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
             assert executor.handed == expected
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        executor.shutdown()
+    asyncio.run(scenario())
 
 
-def test_inline_off_runs_everything_on_the_engine_threads() -> None:
-    executor = CountingExecutor()
+def test_inline_off_runs_everything_on_the_engine_threads(executor: CountingExecutor) -> None:
     servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=0)
 
     async def scenario() -> None:
@@ -75,7 +76,4 @@ def test_inline_off_runs_everything_on_the_engine_threads() -> None:
             await servicer.ShiftContext(request, context=None)  # type: ignore[arg-type]
         assert executor.handed == 3
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        executor.shutdown()
+    asyncio.run(scenario())

@@ -40,6 +40,15 @@ class ServerProcess:
     def log_lines(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
 
+    def wait_serving(self, workers: int, timeout: float = 30.0) -> None:
+        """Until `workers` processes listen: health answers once the first does, and a connection
+        made before the others listen can only reach it."""
+        deadline = time.monotonic() + timeout
+        while sum(line.get("msg") == "serving" for line in self.log_lines()) < workers:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {workers} worker processes serving after {timeout} s")
+            time.sleep(0.05)
+
     def terminate(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

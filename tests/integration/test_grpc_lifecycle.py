@@ -56,6 +56,7 @@ def wait_until(condition: Any, timeout: float = 10.0) -> None:
 def test_two_workers_share_one_port(tmp_path: Path) -> None:
     running = start_server(tmp_path, "--workers", "2")
     try:
+        running.wait_serving(2)
         for _ in range(24):  # a new connection each time: the kernel spreads them over the workers
             with grpc.insecure_channel(
                 running.address, options=[("grpc.use_local_subchannel_pool", 1)]
