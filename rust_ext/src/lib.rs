@@ -242,6 +242,23 @@ impl Plan {
         Ok(list.clone_ref(py))
     }
 
+    /// Every block's decision in input order, with whether it was kept: what an audit records.
+    fn ordered_decisions(&self, py: Python<'_>) -> PyResult<Vec<(Py<BlockDecision>, bool)>> {
+        let kept = self.kept_decisions(py)?;
+        let excluded = self.excluded_decisions(py)?;
+        let (mut kept, mut excluded) = (kept.bind(py).iter(), excluded.bind(py).iter());
+        let n = self.kept.len() + self.excluded.len();
+        let mut next_kept = self.kept.iter().peekable();
+        (0..n)
+            .map(|i| {
+                let is_kept = next_kept.next_if(|&&k| k == i).is_some();
+                let source = if is_kept { kept.next() } else { excluded.next() };
+                let decision = source.ok_or_else(|| PyValueError::new_err("decisions out of step"))?;
+                Ok((decision.cast_into::<BlockDecision>()?.unbind(), is_kept))
+            })
+            .collect()
+    }
+
     /// The decisions as protobuf wire bytes: the repeated message fields `kept_field` and
     /// `excluded_field`, whose message is `{string id = 1; int64 tokens = 2; string reason = 3}`
     /// (`contextshift.v1.BlockDecision`). A reply merges them in instead of a Python message per

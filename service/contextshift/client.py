@@ -31,6 +31,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.budget import Budget
 from contextshift.calibration import Calibration
+from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
 from contextshift.profiles import ProfileInfo
@@ -82,6 +83,11 @@ class ListedDecisions:
 
     kept_decisions: list[BlockDecision]
     excluded_decisions: list[BlockDecision]
+
+    def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
+        # A reply lists kept and excluded blocks apart, without positions; the chat's audit
+        # (GetContextAudit) has them in order.
+        raise NotImplementedError("a service reply does not say where excluded blocks stood")
 
 
 @dataclass(frozen=True)
@@ -169,6 +175,10 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         model=plan.model or None,
         calibration_factor=plan.calibration_factor,
         calibrated_prompt_tokens=plan.calibrated_prompt_tokens,
+        diagnostics=[
+            Diagnostic(d.source, d.event, d.detail, d.tokens if d.HasField("tokens") else None)
+            for d in plan.diagnostics
+        ],
     )
 
 

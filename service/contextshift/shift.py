@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from contextshift import calibration, engine
 from contextshift.budget import Budget, resolve_budget
+from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError, TokenBudgetExceeded
 from contextshift.options import ShiftOptions
@@ -33,6 +34,9 @@ class DecisionSource(Protocol):
     def kept_decisions(self) -> list[BlockDecision]: ...
     @property
     def excluded_decisions(self) -> list[BlockDecision]: ...
+    def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
+        """Every block's decision in the prompt's order, with whether it was kept."""
+        ...
 
 
 class MessageSource(Protocol):
@@ -57,6 +61,8 @@ class ShiftResult:
     # `budget`. Block tokens and `prompt_tokens` stay raw.
     calibration_factor: float = field(default=1.0, kw_only=True)
     calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
+    # What the strategy host, plugins and interceptors did (fallbacks, rejections, ...).
+    diagnostics: list[Diagnostic] = field(default_factory=list, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -78,6 +84,11 @@ class ShiftResult:
     def excluded(self) -> list[BlockDecision]:
         """The excluded blocks, in order."""
         return self.decisions.excluded_decisions
+
+    def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
+        """Every block in input order (kept and excluded, as an audit records them), with whether
+        it was kept."""
+        return self.decisions.ordered_decisions()
 
     @functools.cached_property
     def messages(self) -> list[Mapping[str, Any]]:

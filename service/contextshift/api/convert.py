@@ -263,6 +263,10 @@ def encode_plan(
             if result.calibrated_prompt_tokens is None
             else result.calibrated_prompt_tokens
         ),
+        diagnostics=[
+            context_service_pb2.Diagnostic(source=d.source, event=d.event, detail=d.detail, tokens=d.tokens)
+            for d in result.diagnostics
+        ],
     )
     numbers = context_service_pb2.ContextPlan
     decisions = decided.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)

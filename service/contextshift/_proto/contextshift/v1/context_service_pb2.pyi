@@ -376,6 +376,7 @@ class ContextPlan(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     CALIBRATION_FACTOR_FIELD_NUMBER: _builtins.int
     CALIBRATED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    DIAGNOSTICS_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -428,6 +429,12 @@ class ContextPlan(_message.Message):
     def compaction(self) -> Global___CompactionNote:
         """Whether and how much history was dropped."""
 
+    @_builtins.property
+    def diagnostics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]:
+        """What the strategy host, plugins and interceptors did: fallbacks to truncate, rejected plans,
+        groups extended, tokens an interceptor added. Empty for a plain truncate.
+        """
+
     def __init__(
         self,
         *,
@@ -446,14 +453,51 @@ class ContextPlan(_message.Message):
         model: _builtins.str = ...,
         calibration_factor: _builtins.float = ...,
         calibrated_prompt_tokens: _builtins.int = ...,
+        diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextPlan: _TypeAlias = ContextPlan  # noqa: Y015
+
+@_typing.final
+class Diagnostic(_message.Message):
+    """One event of a shift that is not a block decision."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    DETAIL_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    source: _builtins.str
+    """Who: "host", "strategy:<name>" or "interceptor:<name>"."""
+    event: _builtins.str
+    """A stable event code, e.g. "FALLBACK_TO_TRUNCATE", "PLAN_REJECTED", "GROUP_EXTENDED"."""
+    detail: _builtins.str
+    """A sentence for people; never message content."""
+    tokens: _builtins.int
+    """Tokens involved, when the event has a size."""
+    def __init__(
+        self,
+        *,
+        source: _builtins.str = ...,
+        event: _builtins.str = ...,
+        detail: _builtins.str = ...,
+        tokens: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_tokens", b"_tokens", "tokens", b"tokens"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_tokens", b"_tokens", "detail", b"detail", "event", b"event", "source", b"source", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__tokens: _TypeAlias = _typing.Literal["tokens"]  # noqa: Y015
+    _WhichOneofArgType__tokens: _TypeAlias = _typing.Literal["_tokens", b"_tokens"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tokens) -> _WhichOneofReturnType__tokens | None: ...
+
+Global___Diagnostic: _TypeAlias = Diagnostic  # noqa: Y015
 
 @_typing.final
 class BlockDecision(_message.Message):
