@@ -11,11 +11,13 @@ use contextshift_core::cache::{self, CacheStats};
 use contextshift_core::count::batch;
 use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
+use contextshift_core::plan::Protection;
+use contextshift_core::relevance::bm25;
 use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
-    profile_by_name, protection, Block, CharCut, Groups, Node, PlanInput, Profile, ProfileError, ProfileInfo, Reason,
-    Role, Shape, Violation,
+    profile_by_name, protection, rewrite_block as core_rewrite_block, Block, CharCut, Groups, Node, PlanInput, Profile,
+    ProfileError, ProfileInfo, Reason, Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -145,6 +147,46 @@ impl Counts {
     fn profile(&self) -> &str {
         self.profile.name()
     }
+
+    /// The same counts with some blocks' tokens replaced (`{index: tokens}`): a strategy that
+    /// rewrote those blocks plans with what they cost now.
+    fn replaced(&self, overrides: HashMap<usize, u64>) -> PyResult<Counts> {
+        let mut tokens = self.tokens.clone();
+        for (i, t) in overrides {
+            *tokens.get_mut(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))? = t;
+        }
+        Ok(Counts { profile: self.profile.clone(), tokens })
+    }
+}
+
+/// How a conversation is laid out for a strategy: each block's id, role, kind, tool-call group,
+/// protection and tool linkage, by index.
+#[pyclass(frozen, get_all, module = "contextshift._core")]
+struct Layout {
+    ids: Vec<String>,
+    roles: Vec<&'static str>,
+    kinds: Vec<&'static str>,
+    /// Tool-call group numbers, in order of each group's earliest member.
+    groups: Vec<usize>,
+    /// "system", "mandatory", "pinned" (the current input too) or "" for an unprotected block.
+    protection: Vec<&'static str>,
+    /// Whether the block's group has a protected member.
+    group_protected: Vec<bool>,
+    /// Whether the block is an orphan tool result's group (excluded unless protected).
+    orphan: Vec<bool>,
+    manual_excluded: Vec<bool>,
+    relevance: Vec<Option<f64>>,
+    /// The calls a block issues, `(id, name)`.
+    calls: Vec<Vec<(String, String)>>,
+    /// The ids of the calls a block answers.
+    result_ids: Vec<Vec<String>>,
+}
+
+/// One entry of `messages_json`: a kept block by index, or a message's JSON text to put there.
+#[derive(FromPyObject)]
+enum MessageItem<'py> {
+    Index(usize),
+    Json(Bound<'py, PyBytes>),
 }
 
 /// A block kept or excluded, with its tokens and a stable reason code.
@@ -281,6 +323,37 @@ impl Plan {
 }
 
 impl Conversation {
+    /// `indices` as a mask over the blocks.
+    fn mask(&self, indices: Vec<usize>) -> PyResult<Vec<bool>> {
+        let mut mask = vec![false; self.blocks.len()];
+        for i in indices {
+            *mask.get_mut(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))? = true;
+        }
+        Ok(mask)
+    }
+
+    /// `(index, reason code)` pairs, checked.
+    fn reasoned(&self, pairs: Vec<(usize, String)>) -> PyResult<Vec<(usize, Reason)>> {
+        pairs
+            .into_iter()
+            .map(|(i, code)| {
+                if i >= self.blocks.len() {
+                    return Err(PyValueError::new_err(format!("index {i} out of range")));
+                }
+                let reason =
+                    Reason::parse(&code).ok_or_else(|| PyValueError::new_err(format!("unknown reason {code:?}")))?;
+                Ok((i, reason))
+            })
+            .collect()
+    }
+
+    fn selected(&self, indices: &[usize]) -> PyResult<Vec<&Block>> {
+        indices
+            .iter()
+            .map(|&i| self.blocks.get(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range"))))
+            .collect()
+    }
+
     fn json_source(&self) -> PyResult<&JsonSource> {
         self.json.as_ref().ok_or_else(|| PyValueError::new_err("conversation was not read from JSON"))
     }
@@ -348,20 +421,24 @@ impl Conversation {
     }
 
     /// The same messages as one JSON array text in UTF-8: each block's own text from the input
-    /// (the char cap's cut blocks re-serialized), so nothing is re-encoded.
-    fn messages_json<'py>(&self, py: Python<'py>, indices: Vec<usize>) -> PyResult<Bound<'py, PyBytes>> {
+    /// (the char cap's cut blocks re-serialized), so nothing is re-encoded. An item given as
+    /// bytes is a message's JSON text put in its place (a rewritten block, a summary).
+    fn messages_json<'py>(&self, py: Python<'py>, items: Vec<MessageItem<'py>>) -> PyResult<Bound<'py, PyBytes>> {
         guarded(|| {
             let json = self.json_source()?;
             let cut_messages = self.cut_messages();
             let mut out = Vec::with_capacity(json.text.len() + 2);
             out.push(b'[');
-            for (k, &i) in indices.iter().enumerate() {
+            for (k, item) in items.iter().enumerate() {
                 if k > 0 {
                     out.push(b',');
                 }
-                match cut_messages.get(&i) {
-                    Some(message) => out.extend_from_slice(message.to_string().as_bytes()),
-                    None => out.extend_from_slice(json.block_text(i)?.as_bytes()),
+                match item {
+                    MessageItem::Json(text) => out.extend_from_slice(text.as_bytes()),
+                    MessageItem::Index(i) => match cut_messages.get(i) {
+                        Some(message) => out.extend_from_slice(message.to_string().as_bytes()),
+                        None => out.extend_from_slice(json.block_text(*i)?.as_bytes()),
+                    },
                 }
             }
             out.push(b']');
@@ -394,8 +471,12 @@ impl Conversation {
         guarded(|| Ok(plan_pinned_cap(&self.blocks, &counts.tokens, limit)))
     }
 
-    /// Stages 4–5 with the truncate strategy. Raises `TokenBudgetExceeded` when protected
-    /// blocks alone exceed `budget`.
+    /// Stages 4–5: orphans out, then the strategy's `forced` groups (`(index, reason)`, whatever
+    /// the budget), then while over budget its `ranked` groups in order and the oldest groups,
+    /// down to `target` (default `budget`), then the leading-assistant repair. Raises
+    /// `TokenBudgetExceeded` when protected blocks alone exceed `budget`.
+    #[pyo3(signature = (counts, budget, unpinned, protect_current_input, start_on_user, *, target=None, forced=Vec::new(), ranked=Vec::new()))]
+    #[allow(clippy::too_many_arguments)]
     fn plan(
         slf: &Bound<'_, Self>,
         py: Python<'_>,
@@ -404,27 +485,35 @@ impl Conversation {
         unpinned: Vec<usize>,
         protect_current_input: bool,
         start_on_user: bool,
+        target: Option<u64>,
+        forced: Vec<(usize, String)>,
+        ranked: Vec<(usize, String)>,
     ) -> PyResult<Plan> {
         let this = slf.get();
         guarded(|| {
             let n = this.blocks.len();
-            let mut unpinned_mask = vec![false; n];
-            for i in unpinned {
-                *unpinned_mask
-                    .get_mut(i)
-                    .ok_or_else(|| PyValueError::new_err(format!("unpinned index {i} out of range")))? = true;
+            if counts.tokens.len() != n {
+                return Err(PyValueError::new_err(format!("{} counts for {n} blocks", counts.tokens.len())));
             }
+            let unpinned_mask = this.mask(unpinned)?;
+            let forced = this.reasoned(forced)?;
+            let ranked = this.reasoned(ranked)?;
             let plan = py.detach(|| {
                 let protection = protection(&this.blocks, protect_current_input, &unpinned_mask);
                 plan_removal(&PlanInput {
-                    blocks: &this.blocks,
-                    tokens: &counts.tokens,
-                    groups: &this.groups,
-                    protection: &protection,
-                    unpinned: &unpinned_mask,
-                    budget,
-                    prompt_overhead: counts.profile.prompt_overhead(),
-                    start_on_user,
+                    target: target.unwrap_or(budget),
+                    forced: &forced,
+                    ranked: &ranked,
+                    ..PlanInput::truncate(
+                        &this.blocks,
+                        &counts.tokens,
+                        &this.groups,
+                        &protection,
+                        &unpinned_mask,
+                        budget,
+                        counts.profile.prompt_overhead(),
+                        start_on_user,
+                    )
                 })
             });
             let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
@@ -446,11 +535,61 @@ impl Conversation {
     fn recount(&self, py: Python<'_>, profile: &str, indices: Vec<usize>) -> PyResult<u64> {
         guarded(|| {
             let profile = profile_named(py, profile)?;
-            let selected = indices
-                .iter()
-                .map(|&i| self.blocks.get(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range"))))
-                .collect::<PyResult<Vec<&Block>>>()?;
+            let selected = self.selected(&indices)?;
             Ok(py.detach(|| profile.prompt_overhead() + count_blocks(&profile, &selected).iter().sum::<u64>()))
+        })
+    }
+
+    /// The layout strategies see: ids, roles, kinds, groups, protection and tool linkage.
+    fn layout(&self, py: Python<'_>, unpinned: Vec<usize>, protect_current_input: bool) -> PyResult<Layout> {
+        guarded(|| {
+            let unpinned = self.mask(unpinned)?;
+            Ok(py.detach(|| {
+                let protection = protection(&self.blocks, protect_current_input, &unpinned);
+                let mut group_protected = vec![false; self.groups.len()];
+                for (i, p) in protection.iter().enumerate() {
+                    group_protected[self.groups.group_of[i]] |= *p != Protection::None;
+                }
+                let blocks = &self.blocks;
+                Layout {
+                    ids: blocks.iter().map(|b| b.id.clone()).collect(),
+                    roles: blocks.iter().map(|b| b.role.as_str()).collect(),
+                    kinds: blocks.iter().map(|b| b.kind.as_str()).collect(),
+                    groups: self.groups.group_of.clone(),
+                    protection: protection
+                        .iter()
+                        .map(|p| match p {
+                            Protection::None => "",
+                            Protection::System => "system",
+                            Protection::Mandatory => "mandatory",
+                            Protection::Pinned => "pinned",
+                        })
+                        .collect(),
+                    group_protected: self.groups.group_of.iter().map(|&g| group_protected[g]).collect(),
+                    orphan: self.groups.group_of.iter().map(|&g| self.groups.is_orphan(g)).collect(),
+                    manual_excluded: blocks.iter().map(|b| b.manual_excluded).collect(),
+                    relevance: blocks.iter().map(|b| b.relevance).collect(),
+                    calls: blocks
+                        .iter()
+                        .map(|b| b.calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect())
+                        .collect(),
+                    result_ids: blocks.iter().map(|b| b.result_ids.clone()).collect(),
+                }
+            }))
+        })
+    }
+
+    /// Each given block's text: its text pieces joined by newlines (no names, calls or images).
+    fn texts(&self, indices: Vec<usize>) -> PyResult<Vec<String>> {
+        guarded(|| Ok(self.selected(&indices)?.iter().map(|b| b.pieces.join("\n")).collect()))
+    }
+
+    /// BM25 relevance of each given block's text to `query` (document frequencies over these
+    /// blocks).
+    fn bm25(&self, py: Python<'_>, query: &str, indices: Vec<usize>) -> PyResult<Vec<f64>> {
+        guarded(|| {
+            let texts: Vec<String> = self.selected(&indices)?.iter().map(|b| b.pieces.join(" ")).collect();
+            Ok(py.detach(|| bm25(query, &texts.iter().map(String::as_str).collect::<Vec<_>>())))
         })
     }
 
@@ -470,6 +609,25 @@ impl Conversation {
                 .collect()
         })
     }
+}
+
+/// `message` (a block dict) with its text replaced by `text` when given and the arguments of
+/// the calls `clear_calls` emptied, in whatever shape the block came (see the core's
+/// `rewrite_block`). `InvalidBlocks` when it is not a valid block.
+#[pyfunction]
+#[pyo3(signature = (message, text, clear_calls=Vec::new()))]
+fn rewrite_block<'py>(
+    py: Python<'py>,
+    message: &Bound<'py, PyAny>,
+    text: Option<&str>,
+    clear_calls: Vec<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    guarded(|| {
+        let calls: Vec<&str> = clear_calls.iter().map(String::as_str).collect();
+        let value = core_rewrite_block(&convert::PyNode(message.as_borrowed()), 0, "message", text, &calls)
+            .map_err(invalid_blocks)?;
+        convert::value_to_py(py, &value)
+    })
 }
 
 /// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
@@ -651,6 +809,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Counts>()?;
     m.add_class::<Plan>()?;
     m.add_class::<BlockDecision>()?;
+    m.add_class::<Layout>()?;
+    m.add_function(wrap_pyfunction!(rewrite_block, m)?)?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pieces, m)?)?;

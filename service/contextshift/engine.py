@@ -10,6 +10,7 @@ from contextshift._core import (
     BlockDecision,
     Conversation,
     Counts,
+    Layout,
     Plan,
     ProfileDescription,
     clear_count_cache,
@@ -19,6 +20,7 @@ from contextshift._core import (
     describe_profile,
     encode_pieces,
     profiles,
+    rewrite_block,
     split_message_field,
 )
 
@@ -30,6 +32,7 @@ __all__ = [
     "BlockDecision",
     "Conversation",
     "Counts",
+    "Layout",
     "Piece",
     "Plan",
     "ProfileDescription",
@@ -40,5 +43,6 @@ __all__ = [
     "describe_profile",
     "encode_pieces",
     "profiles",
+    "rewrite_block",
     "split_message_field",
 ]

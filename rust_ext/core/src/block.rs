@@ -104,6 +104,8 @@ pub struct Block {
     pub mandatory: bool,
     pub injected: bool,
     pub relevance: Option<f64>,
+    /// `meta.manualExcluded`: the caller asks the `manual` strategy to leave this block out.
+    pub manual_excluded: bool,
 }
 
 impl Block {

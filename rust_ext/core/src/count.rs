@@ -68,6 +68,7 @@ mod tests {
             mandatory: false,
             injected: false,
             relevance: None,
+            manual_excluded: false,
         }
     }
 

@@ -243,13 +243,13 @@ fn cut_block<N: Node>(
     list_name: &str,
     max_block_chars: usize,
 ) -> Result<(Block, CharCut), Vec<Violation>> {
-    let (mut block, pointers) = read_block(node, index, list_name, true)?;
+    let (mut block, places) = read_block(node, index, list_name, true)?;
     let mut message = node
         .to_json()
         .map_err(|description| vec![Violation { index, field: format!("{list_name}[{index}]"), description }])?;
     let original = block.clone();
     cut_pieces(&mut block.pieces, max_block_chars);
-    for ((pointer, new), old) in pointers.iter().zip(&block.pieces).zip(&original.pieces) {
+    for ((pointer, new), old) in places.pieces.iter().zip(&block.pieces).zip(&original.pieces) {
         if new != old {
             if let Some(slot) = message.pointer_mut(pointer) {
                 *slot = Value::String(new.clone());
@@ -257,6 +257,39 @@ fn cut_block<N: Node>(
         }
     }
     Ok((block, CharCut { index, original, message }))
+}
+
+/// The message of block `node` with its text replaced by `text` (the first text piece becomes
+/// `text`, later pieces empty; a block without text stays as is) when given, and the arguments
+/// of the calls in `clear_calls` emptied (`"{}"` where they are JSON text, `{}` where an object):
+/// a tool result cleared in place, in whatever shape it came.
+pub fn rewrite_block<N: Node>(
+    node: &N,
+    index: usize,
+    list_name: &str,
+    text: Option<&str>,
+    clear_calls: &[&str],
+) -> Result<Value, Vec<Violation>> {
+    let (_, places) = read_block(node, index, list_name, true)?;
+    let mut message = node
+        .to_json()
+        .map_err(|description| vec![Violation { index, field: format!("{list_name}[{index}]"), description }])?;
+    if let Some(text) = text {
+        for (k, pointer) in places.pieces.iter().enumerate() {
+            if let Some(slot) = message.pointer_mut(pointer) {
+                *slot = Value::String(if k == 0 { text.to_owned() } else { String::new() });
+            }
+        }
+    }
+    for (call, pointer) in &places.arguments {
+        if clear_calls.contains(&call.as_str()) {
+            if let Some(slot) = message.pointer_mut(pointer) {
+                *slot =
+                    if slot.is_string() { Value::String("{}".to_owned()) } else { Value::Object(Default::default()) };
+            }
+        }
+    }
+    Ok(message)
 }
 
 /// Keeps `max_chars - 11` code points of text, then the suffix; later pieces become empty.
@@ -310,8 +343,8 @@ fn read_block<N: Node>(
     node: &N,
     index: usize,
     list_name: &str,
-    record_pointers: bool,
-) -> Result<(Block, Vec<String>), Vec<Violation>> {
+    record_places: bool,
+) -> Result<(Block, Places), Vec<Violation>> {
     let at = Path::Block(list_name, index);
     let shape = node.shape();
     if !matches!(shape, Shape::Object) {
@@ -321,10 +354,10 @@ fn read_block<N: Node>(
             description: format!("must be an object, got {}", shape.type_name()),
         }]);
     }
-    let mut r = Reader { index, violations: Vec::new(), pointers: record_pointers.then(Vec::new) };
+    let mut r = Reader { index, violations: Vec::new(), places: record_places.then(Places::default) };
     let block = r.block(node, &at);
     if r.violations.is_empty() {
-        Ok((block, r.pointers.unwrap_or_default()))
+        Ok((block, r.places.unwrap_or_default()))
     } else {
         Err(r.violations)
     }
@@ -333,8 +366,15 @@ fn read_block<N: Node>(
 struct Reader {
     index: usize,
     violations: Vec<Violation>,
-    /// JSON pointers of the text pieces, in piece order, when the char cap needs to rewrite them.
-    pointers: Option<Vec<String>>,
+    /// Where the text pieces and call arguments are, when a rewrite needs them.
+    places: Option<Places>,
+}
+
+/// JSON pointers inside a block: of its text pieces in piece order, and of each call's arguments.
+#[derive(Default)]
+struct Places {
+    pieces: Vec<String>,
+    arguments: Vec<(String, String)>,
 }
 
 /// What reading content-like fields yields.
@@ -422,8 +462,13 @@ impl Reader {
         if issues_call_id {
             if let Some(call_id) = self.required_id(result_ids[3].as_ref(), &at.key("call_id")) {
                 let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
-                let arguments = self.arguments(arguments.as_ref(), &at.key("arguments"));
-                parts.calls.push(ToolCall { id: call_id, name, arguments });
+                let arguments_at = at.key("arguments");
+                let text = self.arguments(arguments.as_ref(), &arguments_at);
+                self.call(
+                    &mut parts.calls,
+                    ToolCall { id: call_id, name, arguments: text },
+                    arguments.map(|_| &arguments_at),
+                );
             }
         }
         self.tool_calls(tool_calls.as_ref(), &at.key("tool_calls"), &mut parts.calls);
@@ -441,12 +486,15 @@ impl Reader {
                 parts.result_ids.extend(self.required_id(Some(value), &at.key(key)));
             }
         }
+        let mut manual_excluded = false;
         if let Some(meta) = meta {
             let meta_at = at.key("meta");
             if matches!(meta.shape(), Shape::Object) {
                 read_fields!(meta, {
                     m0: "toolCallId", m1: "tool_call_id", m2: "callId", m3: "call_id", m4: "tool_use_id",
+                    manual: "manualExcluded",
                 });
+                manual_excluded = self.flag(manual.as_ref(), &meta_at.key("manualExcluded"));
                 for (key, value) in RESULT_ID_KEYS.iter().zip(&[m0, m1, m2, m3, m4]) {
                     if let Some(value) = value {
                         parts.result_ids.extend(self.required_id(Some(value), &meta_at.key(key)));
@@ -476,6 +524,7 @@ impl Reader {
             mandatory,
             injected,
             relevance,
+            manual_excluded,
         }
     }
 
@@ -548,6 +597,14 @@ impl Reader {
         }
     }
 
+    /// Adds a call the block issues, noting where its arguments are (`arguments_at`, when given).
+    fn call(&mut self, calls: &mut Vec<ToolCall>, call: ToolCall, arguments_at: Option<&Path>) {
+        if let (Some(places), Some(at)) = (&mut self.places, arguments_at) {
+            places.arguments.push((call.id.clone(), at.pointer()));
+        }
+        calls.push(call);
+    }
+
     /// Arguments of a `tool_calls` entry or a function_call item: a string as is, any other
     /// value as its JSON text, missing as empty.
     fn arguments<N: Node>(&mut self, node: Option<&N>, at: &Path) -> String {
@@ -573,24 +630,25 @@ impl Reader {
             }
             read_fields!(call, { id: "id", function: "function", name: "name", arguments: "arguments" });
             let id = self.required_id(id.as_ref(), &call_at.key("id"));
-            let (name, arguments) = match function {
+            let function_at = call_at.key("function");
+            let (name, arguments, arguments_at) = match function {
                 Some(function) if matches!(function.shape(), Shape::Object) => {
-                    let function_at = call_at.key("function");
                     read_fields!(function, { name: "name", arguments: "arguments" });
                     let name = self.string(name.as_ref(), &function_at.key("name")).unwrap_or("").to_owned();
-                    (name, self.arguments(arguments.as_ref(), &function_at.key("arguments")))
+                    (name, arguments, function_at.key("arguments"))
                 }
                 Some(function) => {
-                    self.wrong_type(&call_at.key("function"), "an object", &function);
-                    (String::new(), String::new())
+                    self.wrong_type(&function_at, "an object", &function);
+                    (String::new(), None, function_at)
                 }
                 None => {
                     let name = self.string(name.as_ref(), &call_at.key("name")).unwrap_or("").to_owned();
-                    (name, self.arguments(arguments.as_ref(), &call_at.key("arguments")))
+                    (name, arguments, call_at.key("arguments"))
                 }
             };
+            let text = self.arguments(arguments.as_ref(), &arguments_at);
             if let Some(id) = id {
-                calls.push(ToolCall { id, name, arguments });
+                self.call(calls, ToolCall { id, name, arguments: text }, arguments.map(|_| &arguments_at));
             }
         }
     }
@@ -610,8 +668,8 @@ impl Reader {
     }
 
     fn piece(&mut self, parts: &mut Parts, text: String, at: &Path) {
-        if let Some(pointers) = &mut self.pointers {
-            pointers.push(at.pointer());
+        if let Some(places) = &mut self.places {
+            places.pieces.push(at.pointer());
         }
         parts.pieces.push(text);
     }
@@ -659,8 +717,9 @@ impl Reader {
             "tool_use" => {
                 if let Some(id) = self.required_id(id.as_ref(), &at.key("id")) {
                     let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
-                    let arguments = input.map(|input| self.json_text(&input, &at.key("input"))).unwrap_or_default();
-                    parts.calls.push(ToolCall { id, name, arguments });
+                    let input_at = at.key("input");
+                    let arguments = input.as_ref().map(|input| self.json_text(input, &input_at)).unwrap_or_default();
+                    self.call(&mut parts.calls, ToolCall { id, name, arguments }, input.map(|_| &input_at));
                 }
             }
             "tool-call" => {
@@ -670,8 +729,8 @@ impl Reader {
                         Some(input) => (Some(input), at.key("input")),
                         None => (args, at.key("args")),
                     };
-                    let arguments = input.map(|input| self.json_text(&input, &input_at)).unwrap_or_default();
-                    parts.calls.push(ToolCall { id, name, arguments });
+                    let arguments = input.as_ref().map(|input| self.json_text(input, &input_at)).unwrap_or_default();
+                    self.call(&mut parts.calls, ToolCall { id, name, arguments }, input.map(|_| &input_at));
                 }
             }
             "tool_result" => {
@@ -819,5 +878,65 @@ mod tests {
         assert_eq!(cut.message["content"][1]["text"], Value::String(block.pieces[1].clone()));
         assert_eq!(cut.message["content"][2]["text"], "");
         assert_eq!(cut.message["content"][0]["text"], "ab");
+    }
+
+    #[test]
+    fn rewrite_replaces_text_and_clears_arguments_in_every_shape() {
+        let rewrite = |value: Value, text: Option<&str>, calls: &[&str]| {
+            rewrite_block(&&value, 0, "blocks", text, calls).unwrap()
+        };
+        // OpenAI: a tool message, and the call's string arguments.
+        let tool =
+            rewrite(json!({"role": "tool", "tool_call_id": "c1", "content": "long output"}), Some("[gone]"), &[]);
+        assert_eq!(tool, json!({"role": "tool", "tool_call_id": "c1", "content": "[gone]"}));
+        let call = json!({"role": "assistant", "tool_calls": [
+            {"id": "c1", "function": {"name": "f", "arguments": "{\"q\": 1}"}},
+            {"id": "c2", "function": {"name": "g", "arguments": "{\"q\": 2}"}}
+        ]});
+        let cleared = rewrite(call, None, &["c2"]);
+        assert_eq!(cleared["tool_calls"][0]["function"]["arguments"], "{\"q\": 1}");
+        assert_eq!(cleared["tool_calls"][1]["function"]["arguments"], "{}");
+        // Anthropic: a tool_result part's content (parts) and a tool_use input object.
+        let result = rewrite(
+            json!({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+                {"type": "text", "text": "a"}, {"type": "text", "text": "b"}
+            ]}]}),
+            Some("[gone]"),
+            &[],
+        );
+        assert_eq!(
+            result["content"][0]["content"],
+            json!([{"type": "text", "text": "[gone]"}, {"type": "text", "text": ""}])
+        );
+        let tool_use = rewrite(
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"q": 1}}]}),
+            None,
+            &["t"],
+        );
+        assert_eq!(tool_use["content"][0]["input"], json!({}));
+        // Responses: a function_call_output's output, a function_call's arguments.
+        let output =
+            rewrite(json!({"type": "function_call_output", "call_id": "r", "output": "x"}), Some("[gone]"), &[]);
+        assert_eq!(output["output"], "[gone]");
+        let function_call =
+            rewrite(json!({"type": "function_call", "call_id": "r", "name": "f", "arguments": "{}x"}), None, &["r"]);
+        assert_eq!(function_call["arguments"], "{}");
+        // Vercel AI SDK: a tool-result's JSON output becomes the text.
+        let vercel = rewrite(
+            json!({"role": "tool", "content": [{"type": "tool-result", "toolCallId": "v", "output": {"rows": [1, 2]}}]}),
+            Some("[gone]"),
+            &[],
+        );
+        assert_eq!(vercel["content"][0]["output"], "[gone]");
+    }
+
+    #[test]
+    fn manual_flag_is_read_from_meta_and_must_be_a_boolean() {
+        let conv = parse(json!([{"role": "user", "meta": {"manualExcluded": true}}, {"role": "user"}])).unwrap();
+        assert!(conv.blocks[0].manual_excluded && !conv.blocks[1].manual_excluded);
+        assert_eq!(
+            fields(json!([{"role": "user", "meta": {"manualExcluded": "yes"}}])),
+            ["blocks[0].meta.manualExcluded"]
+        );
     }
 }

@@ -34,6 +34,29 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, for lookups by name.
+    pub const ALL: [Reason; 14] = [
+        Reason::ProtectedSystem,
+        Reason::Pinned,
+        Reason::Mandatory,
+        Reason::Fits,
+        Reason::BudgetOldestFirst,
+        Reason::ToolGroup,
+        Reason::ManualExcluded,
+        Reason::LowRelevance,
+        Reason::OrphanToolResult,
+        Reason::LeadingAssistant,
+        Reason::Summarized,
+        Reason::CharCap,
+        Reason::UnpinnedByCap,
+        Reason::PluginExcluded,
+    ];
+
+    /// The reason with this stable code.
+    pub fn parse(code: &str) -> Option<Reason> {
+        Reason::ALL.into_iter().find(|r| r.as_str() == code)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::ProtectedSystem => "PROTECTED_SYSTEM",
@@ -122,8 +145,46 @@ pub struct PlanInput<'a> {
     pub protection: &'a [Protection],
     pub unpinned: &'a [bool],
     pub budget: u64,
+    /// Once a shift is needed (the prompt is over `budget`), removal goes on down to this many
+    /// tokens (hysteresis: `target_ratio × budget`); at most `budget`.
+    pub target: u64,
     pub prompt_overhead: u64,
     pub start_on_user: bool,
+    /// Groups a strategy excludes whatever the budget (by any member, with the earliest member's
+    /// reason); protected groups are never excluded.
+    pub forced: &'a [(usize, Reason)],
+    /// Groups a strategy removes first, in this order, while the prompt is over the target; then
+    /// the oldest-first walk goes on.
+    pub ranked: &'a [(usize, Reason)],
+}
+
+impl<'a> PlanInput<'a> {
+    /// The input of the plain `truncate` strategy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn truncate(
+        blocks: &'a [Block],
+        tokens: &'a [u64],
+        groups: &'a Groups,
+        protection: &'a [Protection],
+        unpinned: &'a [bool],
+        budget: u64,
+        prompt_overhead: u64,
+        start_on_user: bool,
+    ) -> Self {
+        PlanInput {
+            blocks,
+            tokens,
+            groups,
+            protection,
+            unpinned,
+            budget,
+            target: budget,
+            prompt_overhead,
+            start_on_user,
+            forced: &[],
+            ranked: &[],
+        }
+    }
 }
 
 struct Planner<'a> {
@@ -166,9 +227,30 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
         }
     }
 
+    // A strategy's exclusions take out history (a message block), which the repair below then
+    // tidies; dropping a lorebook or memory entry does not.
     let mut removed_any = false;
+    for &(i, reason) in input.forced {
+        let g = groups.group_of[i];
+        if !group_protected[g] && planner.kept[groups.members(g)[0]] {
+            removed_any |= groups.members(g).iter().any(|&m| input.blocks[m].kind == Kind::Message);
+            planner.exclude(g, reason);
+        }
+    }
+
+    let limit = if planner.total > input.budget { input.target.min(input.budget) } else { input.budget };
+    for &(i, reason) in input.ranked {
+        if planner.total <= limit {
+            break;
+        }
+        let g = groups.group_of[i];
+        if !group_protected[g] && planner.kept[groups.members(g)[0]] {
+            removed_any |= groups.members(g).iter().any(|&m| input.blocks[m].kind == Kind::Message);
+            planner.exclude(g, reason);
+        }
+    }
     for (g, &is_protected) in group_protected.iter().enumerate() {
-        if planner.total <= input.budget {
+        if planner.total <= limit {
             break;
         }
         let earliest = groups.members(g)[0];
@@ -221,24 +303,107 @@ mod tests {
     use crate::profile::profile_by_name;
     use serde_json::{json, Value};
 
-    fn plan(values: Value, budget: u64) -> Result<Vec<(String, bool, &'static str)>, BudgetExceeded> {
+    type Decided = Vec<(String, bool, &'static str)>;
+
+    fn plan(values: Value, budget: u64) -> Result<Decided, BudgetExceeded> {
+        plan_with(values, budget, budget, &[], &[])
+    }
+
+    fn plan_with(
+        values: Value,
+        budget: u64,
+        target: u64,
+        forced: &[(usize, Reason)],
+        ranked: &[(usize, Reason)],
+    ) -> Result<Decided, BudgetExceeded> {
         let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
         let tokens = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
         let groups = Groups::build(&blocks);
         let unpinned = vec![false; blocks.len()];
         let protection = protection(&blocks, true, &unpinned);
         let input = PlanInput {
-            blocks: &blocks,
-            tokens: &tokens,
-            groups: &groups,
-            protection: &protection,
-            unpinned: &unpinned,
-            budget,
-            prompt_overhead: 0,
-            start_on_user: true,
+            target,
+            forced,
+            ranked,
+            ..PlanInput::truncate(&blocks, &tokens, &groups, &protection, &unpinned, budget, 0, true)
         };
         let plan = plan_removal(&input)?;
         Ok(blocks.iter().zip(plan.kept).zip(plan.reasons).map(|((b, k), r)| (b.id.clone(), k, r.as_str())).collect())
+    }
+
+    fn reasons(decided: &Decided) -> Vec<&'static str> {
+        decided.iter().map(|d| d.2).collect()
+    }
+
+    // Five blocks of 5 tokens each: 25 in all.
+    fn five() -> Value {
+        json!([
+            {"id": "sys", "role": "system", "content": "s"},
+            {"id": "lore", "role": "system", "kind": "lorebook", "content": "l"},
+            {"id": "u1", "role": "user", "content": "a"},
+            {"id": "a1", "role": "assistant", "content": "b"},
+            {"id": "u2", "role": "user", "content": "c"}
+        ])
+    }
+
+    #[test]
+    fn target_applies_only_once_a_shift_is_needed() {
+        // Fits the budget: the target does not cut.
+        let fits = plan_with(five(), 25, 10, &[], &[]).unwrap();
+        assert!(fits.iter().all(|d| d.1));
+        // Over the budget (24): removal goes on down to the target (15), not just under 24 (then
+        // the repair drops the assistant turn the history would start with).
+        let cut = plan_with(five(), 24, 15, &[], &[]).unwrap();
+        assert_eq!(
+            reasons(&cut),
+            ["PROTECTED_SYSTEM", "BUDGET_OLDEST_FIRST", "BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "PINNED"]
+        );
+        // Protected blocks over the target but within the budget still succeed.
+        let floor = plan_with(five(), 24, 1, &[], &[]).unwrap();
+        assert_eq!(reasons(&floor)[0], "PROTECTED_SYSTEM");
+        assert_eq!(floor.iter().filter(|d| d.1).count(), 2);
+    }
+
+    #[test]
+    fn forced_groups_go_even_when_everything_fits_and_never_protected_ones() {
+        let got =
+            plan_with(five(), 100, 100, &[(3, Reason::ManualExcluded), (0, Reason::ManualExcluded)], &[]).unwrap();
+        assert_eq!(reasons(&got), ["PROTECTED_SYSTEM", "FITS", "FITS", "MANUAL_EXCLUDED", "PINNED"]);
+    }
+
+    #[test]
+    fn ranked_groups_go_first_while_over_then_oldest_first() {
+        // 25 tokens, budget 20: the ranked lorebook entry alone is enough.
+        let got = plan_with(five(), 20, 20, &[], &[(1, Reason::LowRelevance)]).unwrap();
+        assert_eq!(reasons(&got), ["PROTECTED_SYSTEM", "LOW_RELEVANCE", "FITS", "FITS", "PINNED"]);
+        // Budget 14: then history, oldest first.
+        let more = plan_with(five(), 14, 14, &[], &[(1, Reason::LowRelevance)]).unwrap();
+        assert_eq!(
+            reasons(&more),
+            ["PROTECTED_SYSTEM", "LOW_RELEVANCE", "BUDGET_OLDEST_FIRST", "BUDGET_OLDEST_FIRST", "PINNED"]
+        );
+        // A ranked lorebook entry alone does not trigger the leading-assistant repair.
+        let lore_only = plan_with(
+            json!([
+                {"id": "lore", "role": "system", "kind": "lorebook", "content": "l"},
+                {"id": "greet", "role": "assistant", "content": "hello"},
+                {"id": "u", "role": "user", "content": "c"}
+            ]),
+            12,
+            12,
+            &[],
+            &[(0, Reason::LowRelevance)],
+        )
+        .unwrap();
+        assert_eq!(reasons(&lore_only), ["LOW_RELEVANCE", "FITS", "PINNED"]);
+    }
+
+    #[test]
+    fn reasons_parse_from_their_codes() {
+        for reason in Reason::ALL {
+            assert_eq!(Reason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(Reason::parse("NOPE"), None);
     }
 
     // Every block below costs 4 + 1 = 5 tokens (a short text).
