@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextshift import engine
 from contextshift.budget import Budget
+from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import (
     ContextShiftError,
@@ -24,8 +25,17 @@ from contextshift.errors import (
     InvalidOptions,
     TokenBudgetExceeded,
 )
+from contextshift.options import OptionSpec
+from contextshift.plugins import (
+    InterceptorContext,
+    ShiftView,
+    StrategyPlan,
+    register_interceptor,
+    register_strategy,
+)
 from contextshift.profiles import resolve_request
 from contextshift.shift import ShiftResult, Truncation, shift_context
+from contextshift.strategies import list_strategies
 
 if TYPE_CHECKING:
     from contextshift.client import AsyncClient, Client
@@ -36,15 +46,23 @@ __all__ = [
     "Budget",
     "Client",
     "ContextShiftError",
+    "Diagnostic",
     "FieldViolation",
+    "InterceptorContext",
     "InternalError",
     "InvalidBlocks",
     "InvalidInput",
     "InvalidOptions",
+    "OptionSpec",
     "ShiftResult",
+    "ShiftView",
+    "StrategyPlan",
     "TokenBudgetExceeded",
     "Truncation",
     "count_tokens",
+    "list_strategies",
+    "register_interceptor",
+    "register_strategy",
     "shift_context",
 ]
 

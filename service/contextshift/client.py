@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Any, Self, TypedDict, Unpack
 
 import grpc
-from google.protobuf import struct_pb2
+from google.protobuf import json_format, struct_pb2
 from google.rpc import error_details_pb2
 from grpc import aio
 from grpc_status import rpc_status
@@ -34,8 +34,10 @@ from contextshift.calibration import Calibration
 from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
+from contextshift.options import OptionSpec
 from contextshift.profiles import ProfileInfo
 from contextshift.shift import ShiftResult, Truncation
+from contextshift.strategies import Relevance, Summary
 
 _STRING_FIELDS = {"profile", "strategy", "model", "provider", "chat_id", "generation_id"}
 Blocks = Sequence[Mapping[str, Any]] | str | bytes
@@ -179,6 +181,55 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
             Diagnostic(d.source, d.event, d.detail, d.tokens if d.HasField("tokens") else None)
             for d in plan.diagnostics
         ],
+        strategy=plan.strategy,
+        block_count=plan.compaction.original_count,
+        summary=_summary(plan) if plan.HasField("summary") else None,
+        relevance=[Relevance(r.id, r.score, r.source) for r in plan.relevance],
+    )
+
+
+def _summary(plan: pb.ContextPlan) -> Summary:
+    s = plan.summary
+    before = None  # a reply does not carry block positions; the summary's place is in messages
+    message = {"id": s.id, "role": "system", "kind": "summary", "content": s.text}
+    return Summary(
+        message,
+        s.tokens,
+        before,
+        s.summarized_count,
+        s.facts_kept,
+        s.facts_total,
+        plan.compaction.divider_text,
+    )
+
+
+@dataclass(frozen=True)
+class StrategyListing:
+    """The strategies a server offers (`list_strategies`) and the options every one takes."""
+
+    strategies: list[StrategyDescription]
+    common_options: list[OptionSpec]
+
+
+@dataclass(frozen=True)
+class StrategyDescription:
+    name: str
+    description: str
+    options: list[OptionSpec]
+    builtin: bool
+
+
+def _option(o: pb.StrategyOption) -> OptionSpec:
+    return OptionSpec(o.name, o.type, json_format.MessageToDict(o.default_value), o.description)
+
+
+def _strategies(response: pb.ListStrategiesResponse) -> StrategyListing:
+    return StrategyListing(
+        [
+            StrategyDescription(s.name, s.description, [_option(o) for o in s.options], s.builtin)
+            for s in response.strategies
+        ],
+        [_option(o) for o in response.common_options],
     )
 
 
@@ -295,6 +346,10 @@ class Client:
         response = self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
         return [_profile_info(p) for p in response.profiles]
 
+    def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
+        """The strategies the server offers, with their options."""
+        return _strategies(self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
+
     def finish_generation(
         self,
         generation_id: str,
@@ -362,6 +417,9 @@ class AsyncClient:
     async def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
         response = await self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
         return [_profile_info(p) for p in response.profiles]
+
+    async def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
+        return _strategies(await self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
 
     async def finish_generation(
         self,

@@ -1,55 +1,149 @@
-"""Per-request shift options, validated with errors that name the option."""
+"""Per-request shift options, validated with errors that name the option.
+
+Every strategy takes the common options (`COMMON`); a strategy adds its own (`OptionSpec`s it
+declares in the registry). An option the chosen strategy does not take is unknown.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from contextshift.errors import InvalidOptions
 
 MIN_BLOCK_CHARS = 64  # room for the "[Truncated]" suffix and some text; the core agrees
 
+# What each kind accepts; the names are what ListStrategies reports as an option's type.
+_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": (
+        "a finite number",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
+    ),
+    "bool": ("a boolean", lambda v: isinstance(v, bool)),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
+    "list[float]": (
+        "a list of finite numbers",
+        lambda v: (
+            isinstance(v, list)
+            and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in v)
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its name, type (a key of `_KINDS`), default, meaning, and bounds for numbers
+    (`minimum` inclusive; `maximum` inclusive; `above` exclusive lower bound)."""
+
+    name: str
+    kind: str
+    default: Any
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ValueError(f"option {self.name!r}: unknown kind {self.kind!r} (known: {', '.join(_KINDS)})")
+
+    def problem(self, value: Any) -> str | None:
+        """Why `value` is not acceptable, or None."""
+        expected, accepts = _KINDS[self.kind]
+        if not accepts(value):
+            return f"must be {expected}, got {value!r}"
+        if isinstance(value, int | float):
+            if self.minimum is not None and value < self.minimum:
+                return f"must be >= {self.minimum:g}, got {value!r}"
+            if self.maximum is not None and value > self.maximum:
+                return f"must be <= {self.maximum:g}, got {value!r}"
+            if self.above is not None and value <= self.above:
+                return f"must be > {self.above:g}, got {value!r}"
+        return None
+
+
+COMMON: tuple[OptionSpec, ...] = (
+    OptionSpec(
+        "max_block_chars",
+        "int",
+        50_000,
+        "a block with more characters of text is cut, ending with [Truncated]",
+        minimum=MIN_BLOCK_CHARS,
+    ),
+    OptionSpec(
+        "pinned_cap",
+        "float",
+        0.5,
+        "share of the budget pinned blocks may take; beyond it the oldest injected pins lose their pin",
+        minimum=0,
+        maximum=1,
+    ),
+    OptionSpec(
+        "start_on_user",
+        "bool",
+        True,
+        "once history is removed, a history that would begin with an assistant turn loses it",
+    ),
+    OptionSpec("protect_current_input", "bool", True, "the last user block is protected (never dropped)"),
+    OptionSpec(
+        "target_ratio",
+        "float",
+        1.0,
+        "hysteresis: once a shift is needed, shift down to this share of the budget so the next "
+        "turns keep the provider's cached prefix",
+        maximum=1,
+        above=0,
+    ),
+    OptionSpec(
+        "plugin_timeout_ms",
+        "int",
+        1000,
+        "a plugin strategy or interceptor that runs longer falls back (truncate, or its input kept)",
+        minimum=1,
+    ),
+)
+
 
 @dataclass(frozen=True)
 class ShiftOptions:
+    """The common options, typed, and the chosen strategy's own (`strategy`, by name)."""
+
     max_block_chars: int = 50_000
     pinned_cap: float = 0.5
     start_on_user: bool = True
     protect_current_input: bool = True
+    target_ratio: float = 1.0
+    plugin_timeout_ms: int = 1000
+    strategy: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_mapping(cls, options: Mapping[str, Any] | None) -> ShiftOptions:
-        if options is None:
-            return cls()
-        if not isinstance(options, Mapping):
+    def from_mapping(
+        cls, options: Mapping[str, Any] | None, strategy_specs: Sequence[OptionSpec] = ()
+    ) -> ShiftOptions:
+        """Validates `options` against the common options and `strategy_specs`; every problem is
+        one violation naming `options.<key>`. Missing options take their defaults."""
+        if options is not None and not isinstance(options, Mapping):
             raise InvalidOptions([("options", f"must be a mapping, got {type(options).__name__}")])
-        known = {f.name for f in fields(cls)}
-        violations = [
-            (f"options.{key}", f"unknown option (known: {', '.join(sorted(known))})")
-            for key in options
-            if key not in known
-        ]
-        values = {key: value for key, value in options.items() if key in known}
-        violations += _check(values)
+        given = dict(options or {})
+        specs = {s.name: s for s in (*COMMON, *strategy_specs)}
+        violations: list[tuple[str, str]] = []
+        for key, value in given.items():
+            spec = specs.get(key)
+            if spec is None:
+                violations.append((f"options.{key}", f"unknown option (known: {', '.join(sorted(specs))})"))
+            elif (problem := spec.problem(value)) is not None:
+                violations.append((f"options.{key}", problem))
         if violations:
             raise InvalidOptions(violations)
-        return cls(**values)
+        common = {s.name: given.get(s.name, s.default) for s in COMMON}
+        own = {s.name: given.get(s.name, s.default) for s in strategy_specs}
+        return cls(**common, strategy=own)
 
-
-def _check(values: Mapping[str, Any]) -> list[tuple[str, str]]:
-    violations = []
-    if "max_block_chars" in values:
-        v = values["max_block_chars"]
-        if isinstance(v, bool) or not isinstance(v, int) or v < MIN_BLOCK_CHARS:
-            violations.append(
-                ("options.max_block_chars", f"must be an integer >= {MIN_BLOCK_CHARS}, got {v!r}")
-            )
-    if "pinned_cap" in values:
-        v = values["pinned_cap"]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 <= v <= 1.0:
-            violations.append(("options.pinned_cap", f"must be a number in [0, 1], got {v!r}"))
-    for key in ("start_on_user", "protect_current_input"):
-        if key in values and not isinstance(values[key], bool):
-            violations.append((f"options.{key}", f"must be a boolean, got {values[key]!r}"))
-    return violations
+    def get(self, name: str) -> Any:
+        """The chosen strategy's option `name` (given, or its default)."""
+        return self.strategy[name]

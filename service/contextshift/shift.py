@@ -1,22 +1,33 @@
 """`shift_context`: the stages of DESIGN.md §6 / docs/semantics.md §4, orchestrated over the
-Rust core."""
+Rust core: parse, cut, pinned cap, count, the strategy, an independent recount, then the prompt
+interceptors (contextshift.plugins) with a recount and a final shift after them."""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
-from contextshift import calibration, engine
+from contextshift import calibration, engine, plugins
 from contextshift.budget import Budget, resolve_budget
 from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError, TokenBudgetExceeded
 from contextshift.options import ShiftOptions
 from contextshift.profiles import resolve_request
-from contextshift.strategies import StrategyInput, strategy_named
+from contextshift.strategies import (
+    DEFAULT_STRATEGY,
+    Outcome,
+    Relevance,
+    StrategyContext,
+    Summary,
+    strategy_named,
+)
+
+# Kept reasons of blocks an interceptor may not drop.
+PROTECTED_REASONS = frozenset({"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "SUMMARY"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +35,7 @@ class Truncation:
     id: str
     tokens_before: int
     tokens_after: int
-    how: str
+    how: str  # CHAR_CAP, TOOL_RESULT_CLEARED, TOOL_INPUT_CLEARED, PLUGIN_REPLACED
 
 
 class DecisionSource(Protocol):
@@ -63,6 +74,13 @@ class ShiftResult:
     calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
     # What the strategy host, plugins and interceptors did (fallbacks, rejections, ...).
     diagnostics: list[Diagnostic] = field(default_factory=list, kw_only=True)
+    strategy: str = field(default=DEFAULT_STRATEGY, kw_only=True)
+    # Blocks given (kept, excluded, the summary not counted).
+    block_count: int = field(default=0, kw_only=True)
+    # The inserted summary block, when the strategy made one (it is also in `kept`).
+    summary: Summary | None = field(default=None, kw_only=True)
+    # Blocks a relevance-aware strategy scored, with the score's source.
+    relevance: list[Relevance] = field(default_factory=list, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -86,19 +104,21 @@ class ShiftResult:
         return self.decisions.excluded_decisions
 
     def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
-        """Every block in input order (kept and excluded, as an audit records them), with whether
-        it was kept."""
+        """Every block in input order (kept and excluded, as an audit records them; a summary at
+        its place), with whether it was kept."""
         return self.decisions.ordered_decisions()
 
     @functools.cached_property
     def messages(self) -> list[Mapping[str, Any]]:
-        """The kept blocks as given, in order; a block the char cap cut is a copy with the cut
-        text. Dict input gives the caller's own dicts; JSON input gives fresh ones."""
+        """The kept blocks as given, in order; a block the char cap cut or a strategy rewrote is a
+        copy with its new content, and a summary is a new system block. Dict input gives the
+        caller's own dicts; JSON input gives fresh ones."""
         return self.kept_messages.as_list()
 
     def messages_json(self) -> str:
         """`messages` as one JSON array text. For JSON input each kept block is its own text from
-        the input, byte for byte (cut blocks re-serialized), with no decoding and re-encoding."""
+        the input, byte for byte (cut or rewritten blocks re-serialized), with no decoding and
+        re-encoding."""
         return self.kept_messages.as_json().decode()
 
     def messages_json_bytes(self) -> bytes:
@@ -107,23 +127,115 @@ class ShiftResult:
 
 
 @dataclass(frozen=True)
+class AdjustedDecisions:
+    """The engine's decisions with a strategy's relabelled reasons and its summary block."""
+
+    plan: engine.Plan
+    relabel: Mapping[int, str]
+    summary: Summary | None
+
+    @functools.cached_property
+    def _ordered(self) -> list[tuple[BlockDecision, bool]]:
+        summary = self.summary
+        inserted = [] if summary is None else [(BlockDecision(summary.id, summary.tokens, "SUMMARY"), True)]
+        out: list[tuple[BlockDecision, bool]] = []
+        for i, (decision, kept) in enumerate(self.plan.ordered_decisions()):
+            if summary is not None and summary.before == i:
+                out += inserted
+            reason = self.relabel.get(i)
+            out.append((BlockDecision(decision.id, decision.tokens, reason) if reason else decision, kept))
+        if summary is not None and summary.before is None:
+            out += inserted
+        return out
+
+    @property
+    def kept_decisions(self) -> list[BlockDecision]:
+        return [d for d, kept in self._ordered if kept]
+
+    @property
+    def excluded_decisions(self) -> list[BlockDecision]:
+        return [d for d, kept in self._ordered if not kept]
+
+    def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
+        return list(self._ordered)
+
+
+@dataclass(frozen=True)
+class ListedDecisions:
+    """Decisions made in Python (after interceptors): kept in prompt order, and every block."""
+
+    kept_decisions: list[BlockDecision]
+    ordered: list[tuple[BlockDecision, bool]]
+
+    @property
+    def excluded_decisions(self) -> list[BlockDecision]:
+        return [d for d, kept in self.ordered if not kept]
+
+    def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
+        return list(self.ordered)
+
+
+# A kept block by index, or a message put in its place (rewritten) or between (a summary).
+Item = int | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class KeptMessages:
     """The kept blocks of a shift, in order, from the input they came in."""
 
     blocks: Sequence[Mapping[str, Any]] | str | bytes
     conversation: engine.Conversation
-    kept: list[int]
+    items: list[Item]
     cuts: dict[int, Mapping[str, Any]]
 
     def as_list(self) -> list[Mapping[str, Any]]:
         if isinstance(self.blocks, str | bytes):
-            return list(self.conversation.json_messages(self.kept))
-        return [self.cuts.get(i, self.blocks[i]) for i in self.kept]
+            parsed = iter(self.conversation.json_messages([i for i in self.items if isinstance(i, int)]))
+            return [next(parsed) if isinstance(i, int) else i for i in self.items]
+        return [self.cuts.get(i, self.blocks[i]) if isinstance(i, int) else i for i in self.items]
 
     def as_json(self) -> bytes:
         if isinstance(self.blocks, str | bytes):
-            return self.conversation.messages_json(self.kept)
+            return self.conversation.messages_json(
+                [i if isinstance(i, int) else json.dumps(i, ensure_ascii=False).encode() for i in self.items]
+            )
         return json.dumps(self.as_list(), ensure_ascii=False).encode()
+
+
+@dataclass(frozen=True)
+class ListedMessages:
+    """Messages held as dicts (after interceptors)."""
+
+    messages: list[Mapping[str, Any]]
+
+    def as_list(self) -> list[Mapping[str, Any]]:
+        return list(self.messages)
+
+    def as_json(self) -> bytes:
+        return json.dumps(self.messages, ensure_ascii=False).encode()
+
+
+def _items(outcome: Outcome) -> list[Item]:
+    """The kept blocks in order, rewritten ones as their messages, the summary at its place."""
+    items: list[Item] = []
+    summary = outcome.summary
+    for i in outcome.plan.kept:
+        if summary is not None and summary.before == i:
+            items.append(summary.message)
+        rewrite = outcome.rewrites.get(i)
+        items.append(i if rewrite is None else rewrite.message)
+    if summary is not None and summary.before is None:
+        items.append(summary.message)
+    return items
+
+
+def _recount(conversation: engine.Conversation, profile: str, outcome: Outcome) -> int:
+    """Stage 6: the prompt's tokens counted afresh from what is sent, not from the plan's sums."""
+    plain = [i for i in outcome.plan.kept if i not in outcome.rewrites]
+    new = [r.message for r in outcome.rewrites.values()]
+    if outcome.summary is not None:
+        new.append(outcome.summary.message)
+    return conversation.recount(profile, plain) + (sum(engine.count_items(new, profile)) if new else 0)
 
 
 def shift_context(
@@ -131,18 +243,20 @@ def shift_context(
     *,
     budget: int | Budget,
     profile: str | None = None,
-    strategy: str = "truncate",
+    strategy: str = DEFAULT_STRATEGY,
     options: Mapping[str, Any] | None = None,
     model: str | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
     `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
-    also selects the calibration of an approximate profile. Raises `InvalidBlocks`,
-    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
-    opts = ShiftOptions.from_mapping(options)
+    also selects the calibration of an approximate profile. `strategy` names a registered
+    strategy (contextshift.strategies.list_strategies()); `options` are the common options and
+    the strategy's own. Raises `InvalidBlocks`, `InvalidOptions`, or `TokenBudgetExceeded` when
+    protected blocks alone do not fit."""
+    info = strategy_named(strategy)
+    opts = ShiftOptions.from_mapping(options, info.options)
     resolved = resolve_budget(budget)
-    run_strategy = strategy_named(strategy)
     resolution = resolve_request(profile, model)
     # An approximate profile plans in raw tokens against the budget the model's calibration
     # leaves for them, so the calibrated prompt fits the real budget.
@@ -158,24 +272,32 @@ def shift_context(
     # 3. Pinned cap.
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
     # 4-5. Orphans, the strategy, the leading-assistant repair.
+    ctx = StrategyContext(strategy, blocks, conversation, counts, raw_budget, unpinned, opts)
     try:
-        plan = run_strategy(StrategyInput(conversation, counts, raw_budget, unpinned, opts))
+        outcome = info.run(ctx)
     except TokenBudgetExceeded as e:
         if factor == 1.0:
             raise
         # Report in the caller's units: calibrated tokens against the real budget.
         raise TokenBudgetExceeded(calibration.calibrated(e.protected_tokens, factor), resolved.tokens) from e
     # 6. Independent recount of what is sent.
-    prompt_tokens = conversation.recount(resolution.profile, plan.kept)
-    if prompt_tokens != plan.total or prompt_tokens > raw_budget:
-        raise InternalError(
-            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {raw_budget}"
-        )
+    prompt_tokens = _recount(conversation, resolution.profile, outcome)
+    expected = outcome.plan.total + (outcome.summary.tokens if outcome.summary else 0)
+    if prompt_tokens != expected or prompt_tokens > raw_budget:
+        raise InternalError(f"recount gave {prompt_tokens} tokens, the plan {expected}, budget {raw_budget}")
 
     cuts = conversation.cuts(resolution.profile)
-    cut_messages: dict[int, Mapping[str, Any]] = {index: message for index, *_, message in cuts}
-    return ShiftResult(
-        truncated=[Truncation(block_id, before, after, "CHAR_CAP") for _, block_id, before, after, _ in cuts],
+    truncated = [
+        (index, Truncation(block_id, before, after, "CHAR_CAP")) for index, block_id, before, after, _ in cuts
+    ]
+    ids = ctx.layout.ids if outcome.rewrites else []
+    truncated += [
+        (i, Truncation(ids[i], r.tokens_before, r.tokens_after, r.how)) for i, r in outcome.rewrites.items()
+    ]
+    truncated.sort(key=lambda entry: entry[0])
+    adjusted = outcome.relabel or outcome.summary is not None
+    result = ShiftResult(
+        truncated=[t for _, t in truncated],
         prompt_tokens=prompt_tokens,
         budget=resolved.tokens,
         profile=resolution.profile,
@@ -186,6 +308,94 @@ def shift_context(
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
-        decisions=plan,
-        kept_messages=KeptMessages(blocks, conversation, plan.kept, cut_messages),
+        diagnostics=outcome.diagnostics,
+        strategy=strategy,
+        block_count=len(conversation),
+        summary=outcome.summary,
+        relevance=outcome.relevance,
+        decisions=AdjustedDecisions(outcome.plan, outcome.relabel, outcome.summary)
+        if adjusted
+        else outcome.plan,
+        kept_messages=KeptMessages(
+            blocks, conversation, _items(outcome), {index: message for index, *_, message in cuts}
+        ),
+    )
+    if plugins.interceptors():
+        return _intercepted(result, raw_budget, opts)
+    return result
+
+
+def _intercepted(result: ShiftResult, raw_budget: int, opts: ShiftOptions) -> ShiftResult:
+    """The result after the prompt interceptors: what they return is parsed, counted and shifted
+    again (truncate) so it fits; blocks they drop are PLUGIN_EXCLUDED."""
+    kept = result.kept
+    ids = [d.id for d in kept]
+    context = plugins.InterceptorContext(
+        tuple(ids), raw_budget, result.prompt_tokens, result.profile, result.strategy
+    )
+    protected = {d.id for d in kept if d.reason in PROTECTED_REASONS}
+    run = plugins.run_interceptors(result.messages, ids, protected, context, opts.plugin_timeout_ms)
+    if not run.changed:
+        return (
+            replace(result, diagnostics=result.diagnostics + run.diagnostics) if run.diagnostics else result
+        )
+
+    # Parsed with their block ids, so decisions keep naming the blocks the caller sent.
+    named = [{**m, "id": block_id} for m, block_id in zip(run.messages, run.ids, strict=True)]
+    conversation = engine.Conversation(named, opts.max_block_chars)
+    counts = conversation.count(result.profile)
+    plan = conversation.plan(counts, raw_budget, [], opts.protect_current_input, opts.start_on_user)
+    prompt_tokens = conversation.recount(result.profile, plan.kept)
+    if prompt_tokens != plan.total or prompt_tokens > raw_budget:
+        raise InternalError(f"recount after interceptors gave {prompt_tokens}, the plan {plan.total}")
+
+    diagnostics = result.diagnostics + run.diagnostics
+    dropped_by_shift = plan.excluded_decisions
+    if dropped_by_shift:
+        detail = f"the intercepted prompt was over the budget: {len(dropped_by_shift)} blocks left out"
+        diagnostics.append(Diagnostic("host", "FINAL_SHIFT", detail, sum(d.tokens for d in dropped_by_shift)))
+    original = {d.id: d for d in kept}
+    final = {
+        d.id: (BlockDecision(d.id, d.tokens, original[d.id].reason) if d.id in original else d)
+        for d in plan.kept_decisions
+    }
+    excluded_now = {d.id: d for d in dropped_by_shift}
+    new_after: dict[str | None, list[str]] = {}
+    previous: str | None = None
+    for block_id in run.ids:
+        if block_id not in original:
+            new_after.setdefault(previous, []).append(block_id)
+        else:
+            previous = block_id
+
+    def placed(block_id: str) -> tuple[BlockDecision, bool]:
+        """A block's decision now: kept, left out by the final shift, or by an interceptor."""
+        if block_id in final:
+            return final[block_id], True
+        if block_id in excluded_now:
+            return excluded_now[block_id], False
+        return BlockDecision(block_id, original[block_id].tokens, "PLUGIN_EXCLUDED"), False
+
+    ordered = [placed(i) for i in new_after.get(None, [])]
+    for decision, was_kept in result.ordered_decisions():
+        if not was_kept:
+            ordered.append((decision, False))
+            continue
+        ordered.append(placed(decision.id))
+        ordered += [placed(i) for i in new_after.get(decision.id, [])]
+
+    cuts = conversation.cuts(result.profile)
+    cut = {index: message for index, *_, message in cuts}
+    messages = [cut.get(i, run.messages[i]) for i in plan.kept]
+    cut_truncations = [
+        Truncation(block_id, before, after, "CHAR_CAP") for _, block_id, before, after, _ in cuts
+    ]
+    return replace(
+        result,
+        truncated=result.truncated + cut_truncations,
+        prompt_tokens=prompt_tokens,
+        calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, result.calibration_factor),
+        diagnostics=diagnostics,
+        decisions=ListedDecisions([final[i] for i in (conversation.block_id(k) for k in plan.kept)], ordered),
+        kept_messages=ListedMessages(messages),
     )

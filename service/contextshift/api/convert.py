@@ -12,7 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from google.protobuf import json_format, struct_pb2
@@ -23,14 +23,14 @@ from contextshift import engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
 from contextshift.api.errors import invalid
-from contextshift.errors import FieldViolation, InternalError, InvalidInput
-from contextshift.options import ShiftOptions
+from contextshift.errors import FieldViolation, InvalidInput
+from contextshift.options import COMMON, OptionSpec
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
+from contextshift.strategies import DEFAULT_STRATEGY, StrategyInfo, list_strategies, strategy_named
 
 DEFAULT_CONTEXT_LIMIT = 128_000
 DEFAULT_RESPONSE_RESERVE = 64_000
-DEFAULT_STRATEGY = "truncate"
 
 ShiftRequest = context_service_pb2.ShiftContextRequest | context_service_pb2.PreviewContextRequest
 # One of the two: what a shift was asked with is what it hands back.
@@ -52,10 +52,6 @@ _KINDS = {
     block_pb2.BLOCK_KIND_MESSAGE: "message",
 }
 _OUTPUT_FORMATS = frozenset(context_service_pb2.OutputFormat.values())  # values() builds a list per call
-# Integer options: a Struct carries every number as a double.
-_INT_OPTIONS = {
-    f.name for f in fields(ShiftOptions) if isinstance(f.default, int) and not isinstance(f.default, bool)
-}
 
 
 @dataclass(frozen=True)
@@ -164,9 +160,13 @@ def _renamed(error: InvalidInput, rename: Callable[[str], str]) -> InvalidInput:
 # --- requests ---------------------------------------------------------------------------------
 
 
-def _options(struct: struct_pb2.Struct) -> dict[str, Any]:
+def _options(struct: struct_pb2.Struct, strategy: StrategyInfo) -> dict[str, Any]:
+    """The options as the library takes them: a Struct carries every number as a double, so an
+    integer option's whole number becomes an int (anything else is left for validation to
+    reject)."""
     options = json_format.MessageToDict(struct)
-    for key in _INT_OPTIONS & options.keys():
+    integers = {spec.name for spec in (*COMMON, *strategy.options) if spec.kind == "int"}
+    for key in integers & options.keys():
         value = options[key]
         if isinstance(value, float) and value.is_integer():
             options[key] = int(value)
@@ -218,13 +218,37 @@ def _provider_messages(
     return (plan_field, [messages.SerializeToString()])
 
 
-def _engine_plan(result: ShiftResult) -> engine.Plan:
-    """The core's plan behind a shift, whose decisions are encoded without a Python object per
-    block (that would be the bulk of a reply's building time otherwise)."""
-    plan = result.decisions
-    if not isinstance(plan, engine.Plan):  # shift_context's results carry the engine's plan
-        raise InternalError(f"a shift's decisions came as {type(plan).__name__}, not the engine's Plan")
-    return plan
+def _decisions(result: ShiftResult) -> bytes:
+    """The plan's kept and excluded blocks, encoded: by the core straight from the engine's plan
+    (a Python object per block would be the bulk of a reply's building time), or from the
+    decisions a strategy adjusted."""
+    numbers = context_service_pb2.ContextPlan
+    if isinstance(result.decisions, engine.Plan):
+        return result.decisions.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
+    listed = context_service_pb2.ContextPlan(
+        kept=[
+            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason) for d in result.kept
+        ],
+        excluded=[
+            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason)
+            for d in result.excluded
+        ],
+    )
+    return listed.SerializeToString()
+
+
+def _summary(result: ShiftResult) -> context_service_pb2.SummaryInfo | None:
+    summary = result.summary
+    if summary is None:
+        return None
+    return context_service_pb2.SummaryInfo(
+        id=summary.id,
+        tokens=summary.tokens,
+        text=summary.text,
+        summarized_count=summary.summarized,
+        facts_kept=summary.facts_kept,
+        facts_total=summary.facts_total,
+    )
 
 
 def encode_plan(
@@ -236,8 +260,6 @@ def encode_plan(
     """The ContextPlan of a shift, encoded in pieces for `engine.encode_pieces`: its small fields
     through protobuf, its decisions and messages by the core (an encoded message may carry its
     fields in any order)."""
-    decided = _engine_plan(result)
-    kept, excluded = len(decided.kept), len(decided.excluded)
     plan = context_service_pb2.ContextPlan(
         truncated=[
             context_service_pb2.Truncation(
@@ -253,7 +275,10 @@ def encode_plan(
         approximate=result.approximate,
         warnings=[*warnings, *result.warnings],
         compaction=context_service_pb2.CompactionNote(
-            was_compacted=excluded > 0, original_count=kept + excluded, compacted_count=kept
+            was_compacted=len(result.excluded) > 0,
+            original_count=result.block_count,
+            compacted_count=len(result.kept),
+            divider_text=result.summary.divider_text if result.summary else "",
         ),
         # Raw and calibrated counts.
         model=result.model or "",
@@ -267,10 +292,14 @@ def encode_plan(
             context_service_pb2.Diagnostic(source=d.source, event=d.event, detail=d.detail, tokens=d.tokens)
             for d in result.diagnostics
         ],
+        strategy=result.strategy,
+        summary=_summary(result),
+        relevance=[
+            context_service_pb2.RelevanceScore(id=r.id, score=r.score, source=r.source)
+            for r in result.relevance
+        ],
     )
-    numbers = context_service_pb2.ContextPlan
-    decisions = decided.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
-    return [plan.SerializeToString(), _provider_messages(result, output_format), decisions]
+    return [plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)]
 
 
 @dataclass(frozen=True)
@@ -310,22 +339,22 @@ def shift(request: R, blocks_json: bytes, defaults: BudgetDefaults) -> Shifted[R
         if request.blocks
         else blocks_json or b"[]"
     )
+    strategy = strategy_named(request.strategy or DEFAULT_STRATEGY)
     try:
         result = contextshift.shift_context(
             blocks,
             budget=budget,
             profile=resolution.profile,
-            strategy=request.strategy or DEFAULT_STRATEGY,
-            options=_options(request.options) if request.HasField("options") else None,
+            strategy=strategy.name,
+            options=_options(request.options, strategy) if request.HasField("options") else None,
             model=resolution.model,  # the calibration key of an approximate profile
         )
     except InvalidInput as e:
         if request.blocks:
             raise _renamed(e, typed_field) from e
         raise
-    plan = _engine_plan(result)
     encoded = encode_plan(result, budget, resolution.warnings, request.output_format)
-    return Shifted(request, result, len(plan.kept) + len(plan.excluded), encoded)
+    return Shifted(request, result, result.block_count, encoded)
 
 
 def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb2.CountTokensResponse:
@@ -351,4 +380,27 @@ def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb
         profile=resolution.profile,
         approximate=resolution.approximate,
         warnings=resolution.warnings,
+    )
+
+
+def _option_message(spec: OptionSpec) -> context_service_pb2.StrategyOption:
+    default = struct_pb2.Value()
+    json_format.ParseDict(spec.default, default)
+    return context_service_pb2.StrategyOption(
+        name=spec.name, type=spec.kind, default_value=default, description=spec.description
+    )
+
+
+def strategies() -> context_service_pb2.ListStrategiesResponse:
+    return context_service_pb2.ListStrategiesResponse(
+        strategies=[
+            context_service_pb2.Strategy(
+                name=s.name,
+                description=s.description,
+                options=[_option_message(o) for o in s.options],
+                builtin=s.builtin,
+            )
+            for s in list_strategies()
+        ],
+        common_options=[_option_message(o) for o in COMMON],
     )

@@ -21,7 +21,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
-from contextshift import calibration, engine
+from contextshift import calibration, engine, plugins
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import convert
@@ -29,6 +29,7 @@ from contextshift.api.errors import RequestError
 from contextshift.api.interceptors import call_stats
 from contextshift.errors import FieldViolation
 from contextshift.profiles import ProfileInfo, list_profiles
+from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
 Context = aio.ServicerContext[Any, Any]
@@ -174,9 +175,11 @@ class ContextShiftServicer:
     async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
         read, blocks_json = convert.read_shift_request(request, request_type)
+        # Plugin strategies and interceptors may take up to their time limit: never on the loop.
+        inline = runs_inline(read.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
         shifted = await self._run(
             functools.partial(convert.shift, read, blocks_json, self._defaults),
-            len(request),
+            len(request) if inline else None,
             (read.profile, read.model),
         )
         stats = call_stats()
@@ -257,6 +260,12 @@ class ContextShiftServicer:
 
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))
+
+    async def ListStrategies(
+        self, request: pb.ListStrategiesRequest, context: Context
+    ) -> pb.ListStrategiesResponse:
+        # On a thread: the first listing loads the plugins' entry points.
+        return await self._run(convert.strategies)
 
 
 def add_service(

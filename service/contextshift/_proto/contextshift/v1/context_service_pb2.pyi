@@ -173,7 +173,10 @@ class ShiftContextRequest(_message.Message):
     system_reserve: _builtins.int
     """Tokens kept free for a system prompt the caller does not send; default 0."""
     strategy: _builtins.str
-    """The strategy, e.g. "truncate" (the default when empty)."""
+    """The strategy (see ListStrategies): "truncate" (the default when empty), "summarize",
+    "vector-recall", "manual", "clear-tool-results", or a plugin's. Unknown: INVALID_ARGUMENT on
+    field "strategy".
+    """
     output_format: Global___OutputFormat.ValueType
     """The format of `plan.messages`."""
     @_builtins.property
@@ -182,8 +185,9 @@ class ShiftContextRequest(_message.Message):
 
     @_builtins.property
     def options(self) -> _struct_pb2.Struct:
-        """Strategy options: max_block_chars (int), pinned_cap (number in [0, 1]), start_on_user (bool),
-        protect_current_input (bool).
+        """Options: the common ones (max_block_chars, pinned_cap, start_on_user, protect_current_input,
+        target_ratio, plugin_timeout_ms) and the strategy's own (see ListStrategies). An unknown or
+        mistyped option is INVALID_ARGUMENT on field "options.<name>".
         """
 
     def __init__(
@@ -377,6 +381,9 @@ class ContextPlan(_message.Message):
     CALIBRATION_FACTOR_FIELD_NUMBER: _builtins.int
     CALIBRATED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+    STRATEGY_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    RELEVANCE_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -405,6 +412,8 @@ class ContextPlan(_message.Message):
     count, and what was fitted into `budget` (never over it). Equals `prompt_tokens` when
     `calibration_factor` is 1.0. Block `tokens` stay raw.
     """
+    strategy: _builtins.str
+    """The strategy that made the plan."""
     @_builtins.property
     def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockDecision]:
         """Kept blocks in their original order."""
@@ -435,6 +444,14 @@ class ContextPlan(_message.Message):
         groups extended, tokens an interceptor added. Empty for a plain truncate.
         """
 
+    @_builtins.property
+    def summary(self) -> Global___SummaryInfo:
+        """The summary block, when the strategy made one (it is also in `kept`, reason SUMMARY)."""
+
+    @_builtins.property
+    def relevance(self) -> _containers.RepeatedCompositeFieldContainer[Global___RelevanceScore]:
+        """The blocks a relevance-aware strategy (vector-recall) scored, in block order."""
+
     def __init__(
         self,
         *,
@@ -454,14 +471,93 @@ class ContextPlan(_message.Message):
         calibration_factor: _builtins.float = ...,
         calibrated_prompt_tokens: _builtins.int = ...,
         diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+        strategy: _builtins.str = ...,
+        summary: Global___SummaryInfo | None = ...,
+        relevance: _abc.Iterable[Global___RelevanceScore] | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextPlan: _TypeAlias = ContextPlan  # noqa: Y015
+
+@_typing.final
+class SummaryInfo(_message.Message):
+    """A summary block a strategy inserted for blocks it left out."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    SUMMARIZED_COUNT_FIELD_NUMBER: _builtins.int
+    FACTS_KEPT_FIELD_NUMBER: _builtins.int
+    FACTS_TOTAL_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The block id: "summary" (or "summary-<n>" when a block already has that id)."""
+    tokens: _builtins.int
+    """Its tokens."""
+    text: _builtins.str
+    """Its text, starting "[Conversation summary]"."""
+    summarized_count: _builtins.int
+    """The blocks it stands for (their reason is SUMMARIZED, or TOOL_GROUP for later group members)."""
+    facts_kept: _builtins.int
+    """Facts (numbers, amounts, dates, paths, URLs, identifiers, code spans) found in the summarized
+    blocks, and how many of them the summary carries verbatim.
+    """
+    facts_total: _builtins.int
+    """See facts_kept."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+        text: _builtins.str = ...,
+        summarized_count: _builtins.int = ...,
+        facts_kept: _builtins.int = ...,
+        facts_total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["facts_kept", b"facts_kept", "facts_total", b"facts_total", "id", b"id", "summarized_count", b"summarized_count", "text", b"text", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SummaryInfo: _TypeAlias = SummaryInfo  # noqa: Y015
+
+@_typing.final
+class RelevanceScore(_message.Message):
+    """The relevance a strategy gave a block."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The block id."""
+    score: _builtins.float
+    """The score (higher is more relevant)."""
+    source: _builtins.str
+    """Where it came from: "given" (the block's relevance), "embedding" (cosine of meta.embedding
+    with the query_embedding option) or "bm25" (against the current user input).
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        score: _builtins.float = ...,
+        source: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "score", b"score", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RelevanceScore: _TypeAlias = RelevanceScore  # noqa: Y015
 
 @_typing.final
 class Diagnostic(_message.Message):
@@ -515,7 +611,7 @@ class BlockDecision(_message.Message):
     reason: _builtins.str
     """A stable reason code: PROTECTED_SYSTEM, PINNED, MANDATORY, FITS, BUDGET_OLDEST_FIRST,
     TOOL_GROUP, MANUAL_EXCLUDED, LOW_RELEVANCE, ORPHAN_TOOL_RESULT, LEADING_ASSISTANT, SUMMARIZED,
-    CHAR_CAP, UNPINNED_BY_CAP, PLUGIN_EXCLUDED.
+    SUMMARY (the inserted summary block), CHAR_CAP, UNPINNED_BY_CAP, PLUGIN_EXCLUDED.
     """
     def __init__(
         self,
@@ -549,7 +645,10 @@ class Truncation(_message.Message):
     tokens_after: _builtins.int
     """Tokens after the cut."""
     how: _builtins.str
-    """How it was cut, e.g. CHAR_CAP."""
+    """How: CHAR_CAP (over max_block_chars), TOOL_RESULT_CLEARED (a tool result's content replaced by
+    a placeholder), TOOL_INPUT_CLEARED (a call's arguments emptied), PLUGIN_REPLACED (a plugin
+    strategy's replacement text).
+    """
     def __init__(
         self,
         *,
@@ -611,7 +710,7 @@ class CompactionNote(_message.Message):
     original_count: _builtins.int
     """Blocks in the request."""
     compacted_count: _builtins.int
-    """Blocks kept."""
+    """Blocks sent (a summary block included)."""
     divider_text: _builtins.str
     """The divider text when a summary was made; empty otherwise."""
     def __init__(
@@ -1210,3 +1309,122 @@ class DeleteChatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteChatResponse: _TypeAlias = DeleteChatResponse  # noqa: Y015
+
+@_typing.final
+class ListStrategiesRequest(_message.Message):
+    """Input of ListStrategies."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStrategiesRequest: _TypeAlias = ListStrategiesRequest  # noqa: Y015
+
+@_typing.final
+class ListStrategiesResponse(_message.Message):
+    """Result of ListStrategies."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRATEGIES_FIELD_NUMBER: _builtins.int
+    COMMON_OPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def strategies(self) -> _containers.RepeatedCompositeFieldContainer[Global___Strategy]:
+        """Every strategy, by name."""
+
+    @_builtins.property
+    def common_options(self) -> _containers.RepeatedCompositeFieldContainer[Global___StrategyOption]:
+        """The options every strategy takes."""
+
+    def __init__(
+        self,
+        *,
+        strategies: _abc.Iterable[Global___Strategy] | None = ...,
+        common_options: _abc.Iterable[Global___StrategyOption] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["common_options", b"common_options", "strategies", b"strategies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListStrategiesResponse: _TypeAlias = ListStrategiesResponse  # noqa: Y015
+
+@_typing.final
+class Strategy(_message.Message):
+    """A strategy a shift may use."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    BUILTIN_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The name to pass as `strategy`."""
+    description: _builtins.str
+    """What it does."""
+    builtin: _builtins.bool
+    """True for a strategy built into contextshift; false for a plugin's."""
+    @_builtins.property
+    def options(self) -> _containers.RepeatedCompositeFieldContainer[Global___StrategyOption]:
+        """Its own options, beyond the common ones."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        description: _builtins.str = ...,
+        options: _abc.Iterable[Global___StrategyOption] | None = ...,
+        builtin: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["builtin", b"builtin", "description", b"description", "name", b"name", "options", b"options"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Strategy: _TypeAlias = Strategy  # noqa: Y015
+
+@_typing.final
+class StrategyOption(_message.Message):
+    """An option of a strategy."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    DEFAULT_VALUE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The key in `options`."""
+    type: _builtins.str
+    """Its type: "int", "float", "bool", "str", "list[str]" or "list[float]"."""
+    description: _builtins.str
+    """What it does."""
+    @_builtins.property
+    def default_value(self) -> _struct_pb2.Value:
+        """The value used when the option is not given."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _builtins.str = ...,
+        default_value: _struct_pb2.Value | None = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["default_value", b"default_value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_value", b"default_value", "description", b"description", "name", b"name", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StrategyOption: _TypeAlias = StrategyOption  # noqa: Y015

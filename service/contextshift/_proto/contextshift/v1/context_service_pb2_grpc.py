@@ -70,6 +70,11 @@ class ContextShiftServiceStub:
                 request_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteChatRequest.SerializeToString,
                 response_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteChatResponse.FromString,
                 _registered_method=True)
+        self.ListStrategies = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/ListStrategies',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.FromString,
+                _registered_method=True)
 
 
 class ContextShiftServiceServicer:
@@ -128,6 +133,14 @@ class ContextShiftServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListStrategies(self, request, context):
+        """Lists the strategies a shift may use, with their options, so a caller in any language can
+        discover them (plugin strategies installed on the server included).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextShiftServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -165,6 +178,11 @@ def add_ContextShiftServiceServicer_to_server(servicer, server):
                     servicer.DeleteChat,
                     request_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteChatRequest.FromString,
                     response_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteChatResponse.SerializeToString,
+            ),
+            'ListStrategies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListStrategies,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,6 +375,33 @@ class ContextShiftService:
             '/contextshift.v1.ContextShiftService/DeleteChat',
             contextshift_dot_v1_dot_context__service__pb2.DeleteChatRequest.SerializeToString,
             contextshift_dot_v1_dot_context__service__pb2.DeleteChatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListStrategies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/ListStrategies',
+            contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

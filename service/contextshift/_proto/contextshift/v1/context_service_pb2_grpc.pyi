@@ -65,6 +65,10 @@ class ContextShiftServiceStub:
     """
     DeleteChat: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    ListStrategies: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListStrategiesRequest, _context_service_pb2.ListStrategiesResponse]
+    """Lists the strategies a shift may use, with their options, so a caller in any language can
+    discover them (plugin strategies installed on the server included).
+    """
 
 @_typing.type_check_only
 class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
@@ -90,6 +94,10 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     """
     DeleteChat: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]  # type: ignore[assignment]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    ListStrategies: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListStrategiesRequest, _context_service_pb2.ListStrategiesResponse]  # type: ignore[assignment]
+    """Lists the strategies a shift may use, with their options, so a caller in any language can
+    discover them (plugin strategies installed on the server included).
+    """
 
 class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
     """Decides what of a conversation fits a model's context window."""
@@ -154,5 +162,15 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.DeleteChatResponse, _abc.Awaitable[_context_service_pb2.DeleteChatResponse]]:
         """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+
+    @_abc_1.abstractmethod
+    def ListStrategies(
+        self,
+        request: _context_service_pb2.ListStrategiesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.ListStrategiesResponse, _abc.Awaitable[_context_service_pb2.ListStrategiesResponse]]:
+        """Lists the strategies a shift may use, with their options, so a caller in any language can
+        discover them (plugin strategies installed on the server included).
+        """
 
 def add_ContextShiftServiceServicer_to_server(servicer: ContextShiftServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,153 @@
+"""What a built-in strategy works with (`StrategyContext`) and what it returns (`Outcome`).
+
+A strategy never changes the engine's state: it asks the core for plans (`StrategyContext.plan`,
+with groups it excludes whatever the budget, groups it removes first, a lower target, or counts
+of blocks it rewrote) and returns one of them with what it changed around it: rewritten blocks,
+reasons relabelled, one summary block. The core enforces the promises on every plan: protected
+blocks are never excluded, groups go whole, and a plan over its budget is an error.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from contextshift import engine
+from contextshift.diagnostics import Diagnostic
+from contextshift.options import ShiftOptions
+
+Blocks = Sequence[Mapping[str, Any]] | str | bytes
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """A kept block sent with other content than given (a cleared tool result, a plugin's
+    replacement): its message as sent now, its tokens before and after, and how (a stable code)."""
+
+    message: Mapping[str, Any]
+    tokens_before: int
+    tokens_after: int
+    how: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One inserted system block (id `summary` unless taken) standing for blocks left out.
+    `before` is the index of the kept block it goes right before (None: at the end)."""
+
+    message: Mapping[str, Any]
+    tokens: int
+    before: int | None
+    summarized: int  # blocks it stands for
+    facts_kept: int
+    facts_total: int
+    divider_text: str
+
+    @property
+    def id(self) -> str:
+        return str(self.message["id"])
+
+    @property
+    def text(self) -> str:
+        return str(self.message["content"])
+
+
+@dataclass(frozen=True)
+class Relevance:
+    """A block a relevance-aware strategy scored: its score and where the score came from
+    (`given`, `embedding` or `bm25`)."""
+
+    id: str
+    score: float
+    source: str
+
+
+@dataclass
+class Outcome:
+    """A strategy's result: the core's plan (made with `counts`) and what the strategy changed
+    around it."""
+
+    plan: engine.Plan
+    counts: engine.Counts
+    rewrites: dict[int, Rewrite] = field(default_factory=dict)
+    # Excluded blocks whose reason the strategy refines (e.g. BUDGET_OLDEST_FIRST → SUMMARIZED).
+    relabel: dict[int, str] = field(default_factory=dict)
+    summary: Summary | None = None
+    relevance: list[Relevance] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+
+@dataclass
+class StrategyContext:
+    """A parsed, counted conversation and the budget to fit, as a strategy sees it."""
+
+    name: str  # the strategy's, for diagnostics
+    blocks: Blocks  # the input as given: dicts, or JSON text
+    conversation: engine.Conversation
+    counts: engine.Counts
+    budget: int  # raw tokens (an approximate profile's calibration already applied)
+    unpinned: list[int]
+    options: ShiftOptions
+
+    @property
+    def profile(self) -> str:
+        return self.counts.profile
+
+    def target(self, budget: int | None = None) -> int:
+        """Where a needed shift goes down to: `target_ratio` of the budget."""
+        budget = self.budget if budget is None else budget
+        return math.floor(self.options.target_ratio * budget)
+
+    @functools.cached_property
+    def layout(self) -> engine.Layout:
+        return self.conversation.layout(self.unpinned, self.options.protect_current_input)
+
+    @functools.cached_property
+    def current_input(self) -> int | None:
+        """The last block with role user, protected or not: the turn being answered."""
+        roles = self.layout.roles
+        return next((i for i in range(len(roles) - 1, -1, -1) if roles[i] == "user"), None)
+
+    def plan(
+        self,
+        counts: engine.Counts | None = None,
+        *,
+        budget: int | None = None,
+        target: int | None = None,
+        forced: Sequence[tuple[int, str]] = (),
+        ranked: Sequence[tuple[int, str]] = (),
+    ) -> engine.Plan:
+        """The core's plan (see `engine.Conversation.plan`) with this context's pins and options;
+        `budget` defaults to the context's, `target` to `target_ratio` of the budget. Raises
+        `TokenBudgetExceeded` when protected blocks alone exceed the budget."""
+        budget = self.budget if budget is None else budget
+        return self.conversation.plan(
+            self.counts if counts is None else counts,
+            budget,
+            self.unpinned,
+            self.options.protect_current_input,
+            self.options.start_on_user,
+            target=self.target(budget) if target is None else target,
+            forced=forced,
+            ranked=ranked,
+        )
+
+    @functools.cached_property
+    def _cut_messages(self) -> dict[int, Mapping[str, Any]]:
+        return {index: message for index, *_, message in self.conversation.cuts(self.profile)}
+
+    def message(self, index: int) -> Mapping[str, Any]:
+        """Block `index` as it would be sent: the caller's dict (JSON input: parsed), with the
+        char cap's cut in place."""
+        if index in self._cut_messages:
+            return self._cut_messages[index]
+        if isinstance(self.blocks, str | bytes):
+            return self.conversation.json_messages([index])[0]
+        return self.blocks[index]
+
+    def block_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Block tokens of messages (rewritten or new blocks) under this context's profile."""
+        return engine.count_items(messages, self.profile)

@@ -1,0 +1,122 @@
+"""`summarize`: truncate, then a local extractive summary of what was left out becomes one system
+block (`[Conversation summary] …`, kind `summary`) right before the current user input. History
+is shifted further first so the summary, up to `summary_max_tokens`, always fits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from contextshift import engine
+from contextshift.diagnostics import Diagnostic
+from contextshift.errors import TokenBudgetExceeded
+from contextshift.options import OptionSpec
+from contextshift.strategies.context import Outcome, StrategyContext, Summary
+from contextshift.strategies.registry import StrategyInfo
+from contextshift.summarizer import extractive
+
+# Excluded for the budget, so summarized; orphan tool results are noise and stay out.
+SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "TOOL_GROUP", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
+# A summary with less room than this would be a header and a few words: not worth its tokens.
+MIN_SUMMARY_TOKENS = 32
+
+
+def summary_id(ids: Iterable[str]) -> str:
+    """`summary`, or `summary-<n>` when a block already has that id."""
+    taken = set(ids)
+    return next(c for c in ["summary", *(f"summary-{n}" for n in range(1, len(taken) + 2))] if c not in taken)
+
+
+def summary_message(block_id: str, text: str) -> dict[str, Any]:
+    # Kind `summary`: sent back in a later request, it is history, not a protected system prompt.
+    return {"id": block_id, "role": "system", "kind": "summary", "content": text}
+
+
+def summarized_blocks(plan: engine.Plan) -> list[int]:
+    """The blocks a plan left out for the budget, in order."""
+    return [
+        i
+        for i, decision in zip(plan.excluded, plan.excluded_decisions, strict=True)
+        if decision.reason in SUMMARIZED_REASONS
+    ]
+
+
+def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, str]:
+    """Each summarized group's earliest block says SUMMARIZED (the others keep TOOL_GROUP)."""
+    reasons = dict(zip(plan.excluded, (d.reason for d in plan.excluded_decisions), strict=True))
+    return {i: "SUMMARIZED" for i in summarized if reasons[i] != "TOOL_GROUP"}
+
+
+def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] | None:
+    """A plan leaving `reserve` tokens free (fewer when protected blocks need them, but at least
+    MIN_SUMMARY_TOKENS), with the room it leaves; None when there is no such room."""
+    reserve = min(reserve, ctx.budget)
+    try:
+        plan = ctx.plan(budget=ctx.budget - reserve, target=max(0, ctx.target() - reserve))
+    except TokenBudgetExceeded as e:
+        room = ctx.budget - e.protected_tokens
+        if room < MIN_SUMMARY_TOKENS:
+            return None
+        plan = ctx.plan(budget=ctx.budget - room, target=ctx.budget - room)
+    return plan, ctx.budget - plan.total
+
+
+def divider(count: int) -> str:
+    return f"Earlier context ({count} messages) was summarized."
+
+
+def summarize(ctx: StrategyContext) -> Outcome:
+    first = ctx.plan()
+    if not summarized_blocks(first):
+        return Outcome(first, ctx.counts)
+    source = f"strategy:{ctx.name}"
+    max_tokens: int = ctx.options.get("summary_max_tokens")
+    reserved = reserve_plan(ctx, max_tokens)
+    if reserved is None:
+        note = Diagnostic(source, "SUMMARY_SKIPPED", "no room for a summary beside the protected blocks")
+        return Outcome(first, ctx.counts, diagnostics=[note])
+    plan, room = reserved
+    summarized = summarized_blocks(plan)
+    layout = ctx.layout
+    block_id = summary_id(layout.ids)
+    limit = min(room, max_tokens)
+
+    def fits(text: str) -> bool:
+        return ctx.block_tokens([summary_message(block_id, text)])[0] <= limit
+
+    turns = [
+        extractive.Turn(layout.roles[i], text)
+        for i, text in zip(summarized, ctx.conversation.texts(summarized), strict=True)
+    ]
+    query = "" if ctx.current_input is None else ctx.conversation.texts([ctx.current_input])[0]
+    made = extractive.summarize(turns, query, fits)
+    if made is None:
+        note = Diagnostic(source, "SUMMARY_SKIPPED", f"a summary does not fit in {limit} tokens")
+        return Outcome(first, ctx.counts, diagnostics=[note])
+    message = summary_message(block_id, made.text)
+    kept = set(plan.kept)
+    before = ctx.current_input if ctx.current_input in kept else None
+    summary = Summary(
+        message,
+        ctx.block_tokens([message])[0],
+        before,
+        len(summarized),
+        made.facts_kept,
+        made.facts_total,
+        divider(len(summarized)),
+    )
+    return Outcome(plan, ctx.counts, relabel=relabelled(plan, summarized), summary=summary)
+
+
+INFO = StrategyInfo(
+    "summarize",
+    "truncate, then a local extractive summary of what was left out (facts kept verbatim) "
+    "goes right before the current input",
+    (
+        OptionSpec(
+            "summary_max_tokens", "int", 512, "the summary block's tokens at most", minimum=MIN_SUMMARY_TOKENS
+        ),
+    ),
+    summarize,
+    builtin=True,
+)

@@ -1,0 +1,1 @@
+"""Summaries of conversation turns: a local extractive summarizer and the facts it keeps."""

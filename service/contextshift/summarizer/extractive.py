@@ -1,0 +1,180 @@
+"""A local, deterministic, extractive summary of conversation turns (no model, no network).
+
+1. Split each turn into sentences: after `.`, `!` or `?` and a space, after the CJK full stop,
+   exclamation and question marks (U+3002, U+FF01, U+FF1F), at line ends; a fenced code block
+   stays one unit.
+2. Score each sentence: its TF-IDF centrality (mean cosine similarity to the other sentences:
+   what the conversation keeps coming back to) plus its cosine similarity to the current user
+   input (what the next answer needs) plus a share for the facts it carries.
+3. Facts (contextshift.summarizer.facts) must survive verbatim: those the chosen sentences do
+   not carry go on a compact "Facts:" line; when even that line does not fit, the most recent
+   facts are kept.
+4. Choose sentences by score while the summary still fits; print them in conversation order.
+
+Same input, same summary, byte for byte.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from contextshift.summarizer import facts as fact_spans
+
+HEADER = "[Conversation summary]"
+FACTS_LABEL = "Facts: "
+# The text considered: the most recent part of what is summarized, so a shift of a very long
+# history stays fast (fact extraction reads about 1 MB/s).
+MAX_INPUT_CHARS = 256 * 1024
+# Sentences looked at for selection, best first: each try recounts the summary.
+MAX_CANDIDATES = 400
+# Weights of the three parts of a sentence's score.
+QUERY_WEIGHT = 1.0
+FACTS_WEIGHT = 0.5
+
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+_TERM = re.compile(r"[^\W_]+", re.U)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: str
+    text: str
+
+
+@dataclass(frozen=True)
+class SummaryText:
+    text: str
+    facts_kept: int
+    facts_total: int
+
+
+@dataclass(frozen=True)
+class _Sentence:
+    position: int
+    role: str
+    text: str
+    facts: tuple[str, ...]
+
+
+def _terms(text: str) -> list[str]:
+    out: list[str] = []
+    for word in _TERM.findall(text.lower()):
+        out.extend(_CJK.findall(word) if _CJK.search(word) else [word])
+    return out
+
+
+def sentences(text: str) -> list[str]:
+    """`text` split into sentences; fenced code blocks stay whole."""
+    out: list[str] = []
+    last = 0
+    for fence in _FENCE.finditer(text):
+        out.extend(_split_prose(text[last : fence.start()]))
+        out.append(fence.group().strip())
+        last = fence.end()
+    out.extend(_split_prose(text[last:]))
+    return [s for s in out if s]
+
+
+def _split_prose(text: str) -> list[str]:
+    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+
+
+def _vectors(docs: Sequence[list[str]]) -> list[dict[str, float]]:
+    """Unit TF-IDF vectors (smoothed idf over `docs`)."""
+    df = Counter(term for doc in docs for term in set(doc))
+    n = len(docs)
+    vectors = []
+    for doc in docs:
+        weights = {t: c * (math.log((1 + n) / (1 + df[t])) + 1) for t, c in Counter(doc).items()}
+        norm = math.sqrt(sum(w * w for w in weights.values())) or 1.0
+        vectors.append({t: w / norm for t, w in weights.items()})
+    return vectors
+
+
+def _dot(a: dict[str, float], b: dict[str, float]) -> float:
+    small, large = (a, b) if len(a) <= len(b) else (b, a)
+    return sum(w * large.get(t, 0.0) for t, w in small.items())
+
+
+def _scores(items: Sequence[_Sentence], query: str) -> list[float]:
+    docs = [_terms(s.text) for s in items]
+    vectors = _vectors([*docs, _terms(query)])
+    query_vector = vectors.pop()
+    # Centrality through the summed vector: the mean similarity to the others, in linear time.
+    total: dict[str, float] = {}
+    for v in vectors:
+        for t, w in v.items():
+            total[t] = total.get(t, 0.0) + w
+    others = max(len(items) - 1, 1)
+    most_facts = max((len(s.facts) for s in items), default=0) or 1
+    return [
+        (_dot(v, total) - _dot(v, v)) / others
+        + QUERY_WEIGHT * _dot(v, query_vector)
+        + FACTS_WEIGHT * len(s.facts) / most_facts
+        for s, v in zip(items, vectors, strict=True)
+    ]
+
+
+def _render(chosen: Sequence[_Sentence], facts_line: Sequence[str]) -> str:
+    lines = [HEADER, *(f"{s.role}: {s.text}" for s in chosen)]
+    if facts_line:
+        lines.append(FACTS_LABEL + "; ".join(facts_line))
+    return "\n".join(lines)
+
+
+def _recent(turns: Sequence[Turn]) -> list[Turn]:
+    """The most recent turns within MAX_INPUT_CHARS (the last one cut at its start if need be)."""
+    kept: list[Turn] = []
+    room = MAX_INPUT_CHARS
+    for turn in reversed(turns):
+        if room <= 0:
+            break
+        kept.append(Turn(turn.role, turn.text[-room:]))
+        room -= len(turn.text)
+    return kept[::-1]
+
+
+def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) -> SummaryText | None:
+    """The summary of `turns` (oldest first) for the next answer to `query`, as long as `fits`
+    allows (it is asked about whole summary texts); None when not even the header fits."""
+    if not fits(HEADER):
+        return None
+    items: list[_Sentence] = []
+    for turn in _recent(turns):
+        for sentence in sentences(turn.text):
+            text = " ".join(sentence.split())  # one line each; facts are read from this text
+            items.append(_Sentence(len(items), turn.role, text, tuple(fact_spans.extract(text))))
+    all_facts = fact_spans.distinct(f for s in items for f in s.facts)
+
+    def missing(chosen: Sequence[_Sentence]) -> list[str]:
+        carried = {f for s in chosen for f in s.facts}
+        return [f for f in all_facts if f not in carried]
+
+    # The facts line alone first: when it cannot fit whole, the most recent facts that fit.
+    if not fits(_render([], all_facts)):
+        low, high = 0, len(all_facts)  # facts dropped from the oldest end: the least that fits
+        while low < high:
+            middle = (low + high) // 2
+            if fits(_render([], all_facts[middle:])):
+                high = middle
+            else:
+                low = middle + 1
+        text = _render([], all_facts[low:])
+        return SummaryText(text, len(all_facts) - low, len(all_facts))
+
+    scores = _scores(items, query)
+    ranked = sorted(items, key=lambda s: (-scores[s.position], -s.position))[:MAX_CANDIDATES]
+    chosen: list[_Sentence] = []
+    for candidate in ranked:
+        trial = sorted([*chosen, candidate], key=lambda s: s.position)
+        if fits(_render(trial, missing(trial))):
+            chosen = trial
+    text = _render(chosen, missing(chosen))
+    kept = sum(fact_spans.value(f) in text for f in all_facts)
+    return SummaryText(text, kept, len(all_facts))
