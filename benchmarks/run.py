@@ -1,7 +1,9 @@
 """Benchmark suite: `make benchmark` (or `python benchmarks/run.py [--quick]`).
 
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
-bpe-openai, splintr-rs) and the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo).
+bpe-openai, splintr-rs), the facts kept by `summarize` (benchmarks/facts.py), the prompt prefix
+changes by `target_ratio` vs LangChain (benchmarks/hysteresis.py) and the end-to-end gRPC benchmark
+(benchmarks/grpc_bench.py: ShiftContext vs echo).
 
 Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
 through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import counting, grpc_bench  # noqa: E402
+from benchmarks import counting, facts, grpc_bench, hysteresis  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 
@@ -110,6 +112,10 @@ def main() -> int:
     (out / "shift.json").write_text(json.dumps({"rows": rows, "findings": findings}, indent=2))
     print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
+    print()
+    facts.main(args.quick)  # facts kept by summarize (benchmarks/facts.py)
+    print()
+    hysteresis.main(args.quick)  # prompt prefix changes by target_ratio (benchmarks/hysteresis.py)
     print()
     return grpc_bench.main(args.quick)
 

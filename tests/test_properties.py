@@ -49,11 +49,14 @@ def library_budget(spec: int | tuple[int, int, int]) -> int | contextshift.Budge
     return spec if isinstance(spec, int) else contextshift.Budget(*spec)
 
 
-def run_library(scenario: Scenario, blocks: Any = None) -> contextshift.ShiftResult:
+def run_library(
+    scenario: Scenario, blocks: Any = None, strategy: str = "truncate", **options: Any
+) -> contextshift.ShiftResult:
     return contextshift.shift_context(
         scenario.blocks if blocks is None else blocks,
         budget=library_budget(scenario.budget),
-        options=scenario.options,
+        strategy=strategy,
+        options={**(scenario.options or {}), **options} or None,
     )
 
 
@@ -129,12 +132,19 @@ def assert_same_outcome(scenario: Scenario) -> contextshift.ShiftResult | None:
     return result
 
 
-def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> None:
-    """Properties that must hold for any correct result, whatever the exact rules."""
+def check_promises(
+    scenario: Scenario,
+    result: contextshift.ShiftResult,
+    kept_reasons: set[str] = KEPT_REASONS,
+    excluded_reasons: set[str] = EXCLUDED_REASONS,
+) -> None:
+    """What every strategy promises: each block decided once, order kept, within budget,
+    protected blocks kept, groups whole, stable reasons, messages matching the kept blocks."""
     analysis = analyze(scenario.blocks, budget=scenario.budget, options=scenario.options)
     ids = analysis.ids
     position = {block_id: index for index, block_id in enumerate(ids)}
-    kept_ids = [item.id for item in result.kept]
+    summary = result.summary.id if result.summary else None
+    kept_ids = [item.id for item in result.kept if item.id != summary]
     excluded_ids = [item.id for item in result.excluded]
     reason_of = {item.id: item.reason for item in [*result.kept, *result.excluded]}
 
@@ -142,15 +152,18 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
     assert sorted(kept_ids + excluded_ids, key=position.__getitem__) == ids
     assert [position[i] for i in kept_ids] == sorted(position[i] for i in kept_ids)
     assert [position[i] for i in excluded_ids] == sorted(position[i] for i in excluded_ids)
-    assert {item.reason for item in result.kept} <= KEPT_REASONS
-    assert {item.reason for item in result.excluded} <= EXCLUDED_REASONS
+    assert {item.reason for item in result.kept} <= kept_reasons | {"SUMMARY"}
+    assert {item.reason for item in result.excluded} <= excluded_reasons
+    assert [d.id for d, kept in result.ordered_decisions() if kept] == [d.id for d in result.kept]
 
     # Messages are the kept blocks, in order; untouched blocks are the caller's own dicts.
     truncated_ids = {item.id for item in result.truncated}
-    assert len(result.messages) == len(kept_ids)
-    for message, block_id in zip(result.messages, kept_ids, strict=True):
-        if block_id not in truncated_ids:
-            assert message is scenario.blocks[position[block_id]]
+    assert len(result.messages) == len(result.kept)
+    for message, decision in zip(result.messages, result.kept, strict=True):
+        if decision.id == summary:
+            assert str(message["content"]).startswith("[Conversation summary]")
+        elif decision.id not in truncated_ids:
+            assert message is scenario.blocks[position[decision.id]]
 
     # Budget.
     assert result.prompt_tokens == sum(item.tokens for item in result.kept)
@@ -170,6 +183,17 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
         for i in members[1:]:
             if ids[i] not in kept and ids[i] not in unpinned:
                 assert reason_of[ids[i]] == "TOOL_GROUP"
+
+
+def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> None:
+    """Properties that must hold for any correct truncate result, whatever the exact rules."""
+    check_promises(scenario, result)
+    analysis = analyze(scenario.blocks, budget=scenario.budget, options=scenario.options)
+    ids = analysis.ids
+    kept = {item.id for item in result.kept}
+    excluded_ids = [item.id for item in result.excluded]
+    reason_of = {item.id: item.reason for item in [*result.kept, *result.excluded]}
+    unpinned = {ids[i] for i in analysis.unpinned}
 
     # Unprotected orphan groups are always excluded.
     orphan_excluded = set()
@@ -249,3 +273,54 @@ def test_invalid_options_match_reference(
 def test_count_tokens_matches_reference(items: list[str | dict[str, Any]]) -> None:
     assert contextshift.count_tokens(items) == reference_count_tokens(items)
     assert contextshift.count_tokens(items, profile="heuristic") == reference_count_tokens(items)
+
+
+STRATEGY_EXCLUDED_REASONS = EXCLUDED_REASONS | {"SUMMARIZED", "LOW_RELEVANCE", "MANUAL_EXCLUDED"}
+
+
+def flag_manual(scenario: Scenario, flags: list[bool]) -> Scenario:
+    """The scenario with `meta.manualExcluded` set on the flagged blocks."""
+    blocks = copy.deepcopy(scenario.blocks)
+    for block, flag in zip(blocks, flags, strict=False):
+        if flag and isinstance(block, dict):
+            meta = block.get("meta")
+            block["meta"] = {**(meta if isinstance(meta, dict) else {}), "manualExcluded": True}
+    return Scenario(blocks, scenario.budget, scenario.options)
+
+
+@settings(max_examples=examples(250))
+@given(
+    scenarios(),
+    st.sampled_from(["summarize", "vector-recall", "manual", "clear-tool-results"]),
+    st.sampled_from([1.0, 0.8, 0.5]),
+    st.lists(st.booleans(), max_size=12),
+)
+def test_every_strategy_keeps_the_promises(
+    scenario: Scenario, strategy: str, target_ratio: float, flags: list[bool]
+) -> None:
+    if strategy == "manual":
+        scenario = flag_manual(scenario, flags)
+    try:
+        truncated = run_library(scenario)
+    except (contextshift.InvalidInput, contextshift.TokenBudgetExceeded):
+        return  # the engine's own errors; the reference tests cover them
+    snapshot = copy.deepcopy(scenario.blocks)
+    try:
+        # Where truncate fits, every strategy fits: TokenBudgetExceeded here fails the test.
+        result = run_library(scenario, strategy=strategy, target_ratio=target_ratio)
+    except contextshift.InvalidOptions as error:
+        # Only the manual flag on a protected block (or its group) is refused.
+        assert strategy == "manual", error
+        assert all(v.field.endswith(".meta.manualExcluded") for v in error.violations)
+        return
+    assert scenario.blocks == snapshot, f"{strategy} modified its input"
+    check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
+    assert result.strategy == strategy
+    if target_ratio == 1.0 and strategy in {"vector-recall", "clear-tool-results"} and not truncated.excluded:
+        assert result.excluded == []  # nothing had to go: nothing went
+    text = as_json_text(scenario.blocks)
+    if text is not None:
+        from_json = run_library(scenario, text, strategy=strategy, target_ratio=target_ratio)
+        assert decisions(from_json.kept) == decisions(result.kept)
+        assert decisions(from_json.excluded) == decisions(result.excluded)
+        assert json.loads(from_json.messages_json()) == json.loads(result.messages_json())

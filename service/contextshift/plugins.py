@@ -23,14 +23,17 @@ Register at run time with `register_strategy(name, fn)` / `register_interceptor(
 returns a cleanup that unregisters), or from an installed package's entry points in the groups
 `contextshift.strategies` and `contextshift.interceptors` (loaded on first use; an entry point's
 name is the strategy's or interceptor's name; a strategy may carry `description` and `options`
-attributes). Every event is a `Diagnostic` in the result.
+attributes). A plugin strategy runs only when a request names it, but an interceptor changes
+every prompt of the process: one from an entry point runs only once enabled by name, in
+`CONTEXTSHIFT_INTERCEPTORS` (comma-separated) or with `enable_interceptors`. Every event is a
+`Diagnostic` in the result.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
 import logging
+import os
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -44,8 +47,8 @@ from contextshift.diagnostics import Diagnostic
 from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import OptionSpec
 from contextshift.strategies import registry
-from contextshift.strategies.context import Outcome, Rewrite, StrategyContext, Summary
-from contextshift.strategies.summarize import SUMMARIZED_REASONS, summary_id, summary_message
+from contextshift.strategies.context import Outcome, Rewrite, StrategyContext, Summary, excluded_for
+from contextshift.strategies.summarize import summary_id, summary_message
 from contextshift.summarizer.facts import retained
 
 log = logging.getLogger("contextshift.plugins")
@@ -54,6 +57,8 @@ STRATEGY_GROUP = "contextshift.strategies"
 INTERCEPTOR_GROUP = "contextshift.interceptors"
 # Plugin calls run here, so a time limit can be kept; a few threads bound what runaway plugins hold.
 _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="contextshift-plugin")
+# What a final shift of the host leaves out (not the repair after a plugin's own exclusions).
+FINAL_SHIFT_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "UNPINNED_BY_CAP"})
 # Ids listed in a diagnostic's detail at most.
 _MAX_LISTED = 10
 
@@ -257,6 +262,8 @@ class PluginStrategy:
             message = summary_message(summary_id(layout.ids), plan.summary)
             [tokens] = ctx.block_tokens([message])
             try:
+                if tokens > ctx.budget:
+                    raise TokenBudgetExceeded(tokens, ctx.budget)
                 core_plan = ctx.plan(
                     counts, budget=ctx.budget - tokens, target=ctx.target() - tokens, forced=forced
                 )
@@ -272,11 +279,7 @@ class PluginStrategy:
         if summary is None:
             core_plan = ctx.plan(counts, forced=forced)
 
-        shifted = [
-            i
-            for i, d in zip(core_plan.excluded, core_plan.excluded_decisions, strict=True)
-            if d.reason in SUMMARIZED_REASONS
-        ]
+        shifted = excluded_for(core_plan, layout.groups, FINAL_SHIFT_REASONS)
         if shifted:
             tokens_removed = sum(counts.tokens[i] for i in shifted)
             detail = f"the plan was over the budget: {len(shifted)} more blocks left out, oldest first"
@@ -411,28 +414,53 @@ def _ids_of(returned: object, given: list[dict[str, Any]], ids: list[str], name:
     return out
 
 
-@functools.cache
-def _load_entry_points() -> None:
-    for group in (STRATEGY_GROUP, INTERCEPTOR_GROUP):
-        for point in entry_points(group=group):
-            try:
-                loaded = point.load()
-                if group == STRATEGY_GROUP:
-                    register_strategy(
-                        point.name,
-                        loaded,
-                        description=getattr(loaded, "description", ""),
-                        options=getattr(loaded, "options", ()),
-                    )
-                else:
-                    register_interceptor(loaded, name=point.name)
-            except Exception as error:  # a broken plugin must not take the service down
-                fields = {
-                    "group": group,
-                    "entry_point": point.name,
-                    "error": f"{type(error).__name__}: {error}",
-                }
-                log.error("plugin not loaded", extra={"fields": fields})
+INTERCEPTORS_ENV = "CONTEXTSHIFT_INTERCEPTORS"
+_enabled: set[str] = set()
 
 
-registry.entry_point_loader = _load_entry_points
+def _load_strategies() -> None:
+    """Registers every strategy of the installed packages' entry points, and the interceptors
+    `CONTEXTSHIFT_INTERCEPTORS` enables (called once, on first use of the registry)."""
+    for point in entry_points(group=STRATEGY_GROUP):
+        try:
+            loaded = point.load()
+            register_strategy(
+                point.name,
+                loaded,
+                description=getattr(loaded, "description", ""),
+                options=getattr(loaded, "options", ()),
+            )
+        except Exception as error:  # a broken plugin must not take the service down
+            _not_loaded(STRATEGY_GROUP, point.name, error)
+    names = [n.strip() for n in os.environ.get(INTERCEPTORS_ENV, "").split(",") if n.strip()]
+    try:
+        enable_interceptors(names)
+    except ValueError as error:
+        _not_loaded(INTERCEPTOR_GROUP, ",".join(names), error)
+
+
+def enable_interceptors(names: Iterable[str]) -> None:
+    """Registers the interceptors of these entry-point names (each once). A name no installed
+    package declares is a ValueError naming what is installed."""
+    wanted = [n for n in names if n not in _enabled]
+    if not wanted:
+        return
+    points = {p.name: p for p in entry_points(group=INTERCEPTOR_GROUP)}
+    missing = [n for n in wanted if n not in points]
+    if missing:
+        raise ValueError(f"no interceptor entry points named {missing} (installed: {sorted(points)})")
+    for name in wanted:
+        try:
+            register_interceptor(points[name].load(), name=name)
+            _enabled.add(name)
+        except Exception as error:
+            _not_loaded(INTERCEPTOR_GROUP, name, error)
+
+
+def _not_loaded(group: str, name: str, error: Exception) -> None:
+    what = f"{type(error).__name__}: {error}"
+    fields = {"group": group, "entry_point": name, "error": what}
+    log.error("plugin not loaded: %s %r: %s", group, name, what, extra={"fields": fields})
+
+
+registry.entry_point_loader = _load_strategies

@@ -80,6 +80,18 @@ class Outcome:
     diagnostics: list[Diagnostic] = field(default_factory=list)
 
 
+def excluded_for(plan: engine.Plan, groups: Sequence[int], reasons: frozenset[str]) -> list[int]:
+    """The blocks a plan left out whose group went for one of `reasons` (the reason its earliest
+    excluded member carries; the others say TOOL_GROUP), in order."""
+    lead: dict[int, str] = {}
+    out = []
+    for i, decision in zip(plan.excluded, plan.excluded_decisions, strict=True):
+        reason = lead.setdefault(groups[i], decision.reason)
+        if reason in reasons:
+            out.append(i)
+    return out
+
+
 @dataclass
 class StrategyContext:
     """A parsed, counted conversation and the budget to fit, as a strategy sees it."""

@@ -11,12 +11,12 @@ from contextshift import engine
 from contextshift.diagnostics import Diagnostic
 from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import OptionSpec
-from contextshift.strategies.context import Outcome, StrategyContext, Summary
+from contextshift.strategies.context import Outcome, StrategyContext, Summary, excluded_for
 from contextshift.strategies.registry import StrategyInfo
 from contextshift.summarizer import extractive
 
-# Excluded for the budget, so summarized; orphan tool results are noise and stay out.
-SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "TOOL_GROUP", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
+# Groups left out for the budget, so summarized (orphan tool results are noise and stay out).
+SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
 # A summary with less room than this would be a header and a few words: not worth its tokens.
 MIN_SUMMARY_TOKENS = 32
 
@@ -32,13 +32,9 @@ def summary_message(block_id: str, text: str) -> dict[str, Any]:
     return {"id": block_id, "role": "system", "kind": "summary", "content": text}
 
 
-def summarized_blocks(plan: engine.Plan) -> list[int]:
+def summarized_blocks(ctx: StrategyContext, plan: engine.Plan) -> list[int]:
     """The blocks a plan left out for the budget, in order."""
-    return [
-        i
-        for i, decision in zip(plan.excluded, plan.excluded_decisions, strict=True)
-        if decision.reason in SUMMARIZED_REASONS
-    ]
+    return excluded_for(plan, ctx.layout.groups, SUMMARIZED_REASONS)
 
 
 def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, str]:
@@ -67,7 +63,7 @@ def divider(count: int) -> str:
 
 def summarize(ctx: StrategyContext) -> Outcome:
     first = ctx.plan()
-    if not summarized_blocks(first):
+    if not summarized_blocks(ctx, first):
         return Outcome(first, ctx.counts)
     source = f"strategy:{ctx.name}"
     max_tokens: int = ctx.options.get("summary_max_tokens")
@@ -76,7 +72,7 @@ def summarize(ctx: StrategyContext) -> Outcome:
         note = Diagnostic(source, "SUMMARY_SKIPPED", "no room for a summary beside the protected blocks")
         return Outcome(first, ctx.counts, diagnostics=[note])
     plan, room = reserved
-    summarized = summarized_blocks(plan)
+    summarized = summarized_blocks(ctx, plan)
     layout = ctx.layout
     block_id = summary_id(layout.ids)
     limit = min(room, max_tokens)

@@ -1,8 +1,7 @@
 """A local, deterministic, extractive summary of conversation turns (no model, no network).
 
-1. Split each turn into sentences: after `.`, `!` or `?` and a space, after the CJK full stop,
-   exclamation and question marks (U+3002, U+FF01, U+FF1F), at line ends; a fenced code block
-   stays one unit.
+1. Split each turn into sentences: after `.`, `!` or `?` and a space, after `。`, `！` or `？`,
+   at line ends; a fenced code block stays one unit.
 2. Score each sentence: its TF-IDF centrality (mean cosine similarity to the other sentences:
    what the conversation keeps coming back to) plus its cosine similarity to the current user
    input (what the next answer needs) plus a share for the facts it carries.
@@ -36,7 +35,7 @@ QUERY_WEIGHT = 1.0
 FACTS_WEIGHT = 0.5
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[\u3002\uff01\uff1f])|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
 _TERM = re.compile(r"[^\W_]+", re.U)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -147,7 +146,8 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
         return None
     items: list[_Sentence] = []
     for turn in _recent(turns):
-        for sentence in sentences(turn.text):
+        # An earlier summary being summarized again: its header is not content.
+        for sentence in sentences(turn.text.replace(HEADER, "")):
             text = " ".join(sentence.split())  # one line each; facts are read from this text
             items.append(_Sentence(len(items), turn.role, text, tuple(fact_spans.extract(text))))
     all_facts = fact_spans.distinct(f for s in items for f in s.facts)

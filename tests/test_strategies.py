@@ -1,0 +1,453 @@
+"""Named cases for each built-in strategy (summarize, vector-recall, manual, clear-tool-results),
+the hysteresis option, and strategy options. The property suite (test_properties.py) checks the
+engine's promises for every strategy on generated conversations; these pin the edge cases."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+import contextshift
+from contextshift.summarizer import extractive, facts
+
+FILLER = "We talked about the weather and other things that do not matter much at all. "
+
+
+def turn(block_id: str, role: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"id": block_id, "role": role, "content": text, **extra}
+
+
+def reasons(result: contextshift.ShiftResult) -> dict[str, str]:
+    return {d.id: d.reason for d in [*result.kept, *result.excluded]}
+
+
+def kept_ids(result: contextshift.ShiftResult) -> list[str]:
+    return [d.id for d in result.kept]
+
+
+def tokens(block: dict[str, Any]) -> int:
+    return contextshift.count_tokens([block])[0]
+
+
+def long_chat(turns: int) -> list[dict[str, Any]]:
+    blocks = [turn("sys", "system", "You are a support agent.")]
+    for n in range(turns):
+        blocks.append(
+            turn(f"u{n}", "user", f"Question {n}: the invoice INV-{1000 + n} was sent. " + FILLER * 2)
+        )
+        blocks.append(
+            turn(f"a{n}", "assistant", f"Answer {n}: see /srv/billing/run_{n}.log today. " + FILLER)
+        )
+    blocks.append(turn("now", "user", "So what about invoice INV-1003?"))
+    return blocks
+
+
+# --- summarize ----------------------------------------------------------------------------------
+
+
+def test_summarize_puts_one_summary_block_before_the_current_input() -> None:
+    blocks = long_chat(12)
+    result = contextshift.shift_context(blocks, budget=700, strategy="summarize")
+    summary = result.summary
+    assert summary is not None and summary.id == "summary"
+    assert kept_ids(result)[-2:] == ["summary", "now"]
+    assert result.messages[-2] == summary.message
+    assert summary.text.startswith("[Conversation summary]")
+    assert summary.message["role"] == "system" and summary.message["kind"] == "summary"
+    # The summarized blocks say so; the summary is SUMMARY, counted and within the budget.
+    assert {reasons(result)[d.id] for d in result.excluded} == {"SUMMARIZED"}
+    assert summary.summarized == len(result.excluded)
+    assert reasons(result)["summary"] == "SUMMARY"
+    assert result.prompt_tokens == sum(d.tokens for d in result.kept) <= 700
+    assert summary.tokens == tokens(dict(summary.message)) <= 512
+    assert summary.divider_text == f"Earlier context ({summary.summarized} messages) was summarized."
+    # The ordered view puts it where it is sent.
+    ordered = [d.id for d, _ in result.ordered_decisions()]
+    assert ordered.index("summary") == ordered.index("now") - 1
+
+
+def test_summarize_is_byte_identical_on_both_routes_and_runs() -> None:
+    blocks = long_chat(10)
+    first = contextshift.shift_context(blocks, budget=600, strategy="summarize")
+    again = contextshift.shift_context(blocks, budget=600, strategy="summarize")
+    from_json = contextshift.shift_context(json.dumps(blocks), budget=600, strategy="summarize")
+    assert first.summary and again.summary and from_json.summary
+    assert first.summary.text == again.summary.text == from_json.summary.text
+    assert json.loads(from_json.messages_json()) == json.loads(first.messages_json())
+
+
+def test_summarize_keeps_the_facts_of_what_it_left_out() -> None:
+    blocks = long_chat(8)
+    result = contextshift.shift_context(blocks, budget=500, strategy="summarize")
+    assert result.summary is not None
+    left_out = [b["content"] for b in blocks if b["id"] in {d.id for d in result.excluded}]
+    for text in left_out:
+        for fact in ("INV-", "/srv/billing/run_"):
+            for found in facts.extract(text):
+                if found.startswith(fact):
+                    assert found in result.summary.text
+    assert result.summary.facts_kept == result.summary.facts_total > 0
+
+
+def test_summarize_when_everything_fits_makes_no_summary() -> None:
+    blocks = long_chat(2)
+    result = contextshift.shift_context(blocks, budget=10_000, strategy="summarize")
+    assert result.summary is None and result.excluded == []
+
+
+def test_summarize_history_that_is_already_summaries() -> None:
+    blocks = [turn("sys", "system", "Be brief.")]
+    blocks += [
+        turn(
+            f"s{n}",
+            "system",
+            f"[Conversation summary] step {n} wrote /tmp/out_{n}.csv. " + FILLER,
+            kind="summary",
+        )
+        for n in range(8)
+    ]
+    blocks.append(turn("now", "user", "Continue."))
+    result = contextshift.shift_context(blocks, budget=200, strategy="summarize")
+    assert result.summary is not None
+    assert result.summary.text.count("[Conversation summary]") == 1  # one header, old ones are text
+    assert "/tmp/out_7.csv" in result.summary.text
+    assert result.prompt_tokens <= 200
+
+
+def test_a_summary_that_would_overflow_is_cut_down_to_fit() -> None:
+    blocks = long_chat(30)
+    protected = tokens(blocks[0]) + tokens(blocks[-1])
+    budget = protected + 60
+    result = contextshift.shift_context(
+        blocks, budget=budget, strategy="summarize", options={"summary_max_tokens": 512}
+    )
+    assert result.summary is not None
+    assert result.prompt_tokens <= budget
+    assert result.summary.facts_kept < result.summary.facts_total  # only the most recent fit
+    # The facts line keeps the most recent facts when it must be cut.
+    assert "INV-1029" in result.summary.text
+
+
+def test_no_room_for_a_summary_is_a_diagnostic_not_a_failure() -> None:
+    blocks = long_chat(5)
+    budget = tokens(blocks[0]) + tokens(blocks[-1]) + 5
+    result = contextshift.shift_context(blocks, budget=budget, strategy="summarize")
+    assert result.summary is None
+    assert [d.event for d in result.diagnostics] == ["SUMMARY_SKIPPED"]
+    assert kept_ids(result) == ["sys", "now"]
+
+
+def test_sentences_split_on_cjk_ends_and_keep_code_blocks_whole() -> None:
+    text = "東京に行きます。明日は雨ですか？はい！ Then we ran:\n```\nmake test\nmake lint\n```\nDone. Next."
+    assert extractive.sentences(text) == [
+        "東京に行きます。",
+        "明日は雨ですか？",
+        "はい！",
+        "Then we ran:",
+        "```\nmake test\nmake lint\n```",
+        "Done.",
+        "Next.",
+    ]
+
+
+# --- vector-recall ------------------------------------------------------------------------------
+
+
+def lore(block_id: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"id": block_id, "role": "system", "kind": "lorebook", "content": text, **extra}
+
+
+def test_vector_recall_drops_the_least_relevant_entries_first_ties_older_first() -> None:
+    blocks = [
+        lore("l0", "x" * 40, relevance=0.5),
+        lore("l1", "x" * 40, relevance=0.1),
+        lore("l2", "x" * 40, relevance=0.5),
+        {"id": "m", "role": "system", "kind": "memory", "content": "x" * 40, "relevance": 0.9},
+        turn("u", "user", "hi"),
+    ]
+    entry = tokens(blocks[0])
+    everything = sum(tokens(b) for b in blocks)
+    result = contextshift.shift_context(blocks, budget=everything - 2 * entry, strategy="vector-recall")
+    assert [d.id for d in result.excluded] == ["l0", "l1"]  # 0.1 first, then the older 0.5
+    assert {d.reason for d in result.excluded} == {"LOW_RELEVANCE"}
+    assert {(r.id, r.score, r.source) for r in result.relevance} == {
+        ("l0", 0.5, "given"),
+        ("l1", 0.1, "given"),
+        ("l2", 0.5, "given"),
+        ("m", 0.9, "given"),
+    }
+
+
+def test_vector_recall_scores_embeddings_by_cosine_and_text_by_bm25() -> None:
+    blocks = [
+        lore("near", "a", meta={"embedding": [1.0, 0.0]}),
+        lore("far", "b", meta={"embedding": [0.0, 1.0]}),
+        lore("dragon", "The red dragon sleeps in the northern pass."),
+        lore("tavern", "The tavern serves ale and stew."),
+        turn("u", "user", "Where does the dragon sleep?"),
+    ]
+    result = contextshift.shift_context(
+        blocks, budget=10_000, strategy="vector-recall", options={"query_embedding": [1.0, 0.0]}
+    )
+    scores = {r.id: (round(r.score, 6), r.source) for r in result.relevance}
+    assert scores["near"] == (1.0, "embedding") and scores["far"] == (0.0, "embedding")
+    assert scores["dragon"][1] == scores["tavern"][1] == "bm25"
+    assert scores["dragon"][0] > scores["tavern"][0]
+    assert result.excluded == []  # everything fits: nothing dropped
+    # Tight: by BM25 the tavern (irrelevant to the question) goes before the dragon.
+    text_only = blocks[2:]
+    tight = sum(tokens(b) for b in text_only) - tokens(blocks[3])
+    cut = contextshift.shift_context(text_only, budget=tight, strategy="vector-recall")
+    assert [(d.id, d.reason) for d in cut.excluded] == [("tavern", "LOW_RELEVANCE")]
+    # By embedding, the far entry goes first.
+    embedded = [blocks[0], blocks[1], blocks[4]]
+    by_cosine = contextshift.shift_context(
+        embedded,
+        budget=sum(tokens(b) for b in embedded) - 1,
+        strategy="vector-recall",
+        options={"query_embedding": [1.0, 0.0]},
+    )
+    assert [d.id for d in by_cosine.excluded] == ["far"]
+
+
+def test_vector_recall_with_every_lorebook_entry_mandatory_drops_history() -> None:
+    blocks = [
+        lore("l0", "x" * 40, mandatory=True),
+        turn("u0", "user", "old question"),
+        turn("a0", "assistant", "old answer"),
+        turn("u1", "user", "new question"),
+    ]
+    budget = sum(tokens(b) for b in blocks) - 1
+    result = contextshift.shift_context(blocks, budget=budget, strategy="vector-recall")
+    assert reasons(result) == {
+        "l0": "MANDATORY",
+        "u0": "BUDGET_OLDEST_FIRST",
+        "a0": "LEADING_ASSISTANT",
+        "u1": "PINNED",
+    }
+    assert result.relevance == []
+
+
+def test_vector_recall_rejects_an_embedding_of_the_wrong_size() -> None:
+    blocks = [lore("l", "a", meta={"embedding": [1.0, 2.0, 3.0]}), turn("u", "user", "q")]
+    with pytest.raises(contextshift.InvalidBlocks) as caught:
+        contextshift.shift_context(
+            blocks, budget=1000, strategy="vector-recall", options={"query_embedding": [1.0, 0.0]}
+        )
+    assert [v.field for v in caught.value.violations] == ["blocks[0].meta.embedding"]
+
+
+# --- manual -------------------------------------------------------------------------------------
+
+
+def test_manual_leaves_out_flagged_blocks_even_when_everything_fits() -> None:
+    blocks = [
+        turn("sys", "system", "s"),
+        turn("u0", "user", "old", meta={"manualExcluded": True}),
+        turn("a0", "assistant", "reply"),
+        turn("u1", "user", "now"),
+    ]
+    result = contextshift.shift_context(blocks, budget=10_000, strategy="manual")
+    assert reasons(result) == {
+        "sys": "PROTECTED_SYSTEM",
+        "u0": "MANUAL_EXCLUDED",
+        "a0": "LEADING_ASSISTANT",
+        "u1": "PINNED",
+    }
+    # The same flag under truncate means nothing.
+    assert contextshift.shift_context(blocks, budget=10_000).excluded == []
+
+
+def test_manual_flag_on_one_member_takes_the_whole_tool_group() -> None:
+    blocks = [
+        turn("u0", "user", "look it up"),
+        {
+            "id": "call",
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}],
+        },
+        {
+            "id": "result",
+            "role": "tool",
+            "tool_call_id": "c1",
+            "content": "42",
+            "meta": {"manualExcluded": True},
+        },
+        turn("a0", "assistant", "it is 42"),
+        turn("u1", "user", "thanks"),
+    ]
+    result = contextshift.shift_context(
+        blocks, budget=10_000, strategy="manual", options={"start_on_user": False}
+    )
+    assert [(d.id, d.reason) for d in result.excluded] == [
+        ("call", "MANUAL_EXCLUDED"),
+        ("result", "TOOL_GROUP"),
+    ]
+
+
+def test_manual_flag_on_a_protected_block_is_an_error_naming_it() -> None:
+    blocks = [
+        turn("sys", "system", "s", meta={"manualExcluded": True}),
+        turn("u", "user", "q", meta={"manualExcluded": True}),
+    ]
+    with pytest.raises(contextshift.InvalidOptions) as caught:
+        contextshift.shift_context(blocks, budget=1000, strategy="manual")
+    assert [v.field for v in caught.value.violations] == [
+        "blocks[0].meta.manualExcluded",
+        "blocks[1].meta.manualExcluded",
+    ]
+    assert "'sys' is protected (system)" in str(caught.value)
+
+
+def test_manual_then_truncates_when_still_over() -> None:
+    blocks = [turn(f"u{n}", "user" if n % 2 == 0 else "assistant", "x" * 100) for n in range(6)]
+    blocks[2]["meta"] = {"manualExcluded": True}
+    budget = tokens(blocks[0]) * 3
+    result = contextshift.shift_context(blocks, budget=budget, strategy="manual")
+    assert reasons(result)["u2"] == "MANUAL_EXCLUDED"
+    assert reasons(result)["u0"] == "BUDGET_OLDEST_FIRST"
+    assert result.prompt_tokens <= budget
+
+
+# --- clear-tool-results -------------------------------------------------------------------------
+
+
+def agent_loop(calls: int, output: str = "row " * 200) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [turn("sys", "system", "agent"), turn("task", "user", "do the task")]
+    for n in range(calls):
+        name = "search" if n % 2 == 0 else "fetch"
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps({"q": n})},
+        }
+        blocks.append({"id": f"call{n}", "role": "assistant", "tool_calls": [call]})
+        blocks.append({"id": f"res{n}", "role": "tool", "tool_call_id": f"c{n}", "content": output})
+    return blocks
+
+
+def test_clear_tool_results_replaces_the_oldest_results_and_keeps_the_pairs() -> None:
+    blocks = agent_loop(6)
+    budget = sum(tokens(b) for b in blocks) - 2 * tokens(blocks[3]) + 50
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
+    assert result.excluded == []  # no turn dropped: clearing was enough
+    cleared = [t for t in result.truncated if t.how == "TOOL_RESULT_CLEARED"]
+    assert [t.id for t in cleared] == ["res0", "res1"]
+    messages = {m["id"]: m for m in result.messages}
+    assert messages["res0"]["content"] == f"[tool result cleared: {cleared[0].tokens_before} tokens]"
+    assert messages["res0"]["tool_call_id"] == "c0" and "call0" in messages  # still a valid pair
+    assert messages["res5"]["content"] == blocks[-1]["content"]
+    assert result.prompt_tokens <= budget
+    assert [d.event for d in result.diagnostics] == ["TOOL_RESULTS_CLEARED"]
+
+
+def test_clear_tool_results_keeps_the_latest_and_excluded_tools_and_can_clear_inputs() -> None:
+    blocks = agent_loop(6)
+    result = contextshift.shift_context(
+        blocks,
+        budget=300,
+        strategy="clear-tool-results",
+        options={"keep_tool_uses": 2, "exclude_tools": ["fetch"], "clear_tool_inputs": True},
+    )
+    cleared = {t.id: t.how for t in result.truncated}
+    # res4, res5 are the latest two; res1, res3 answer "fetch".
+    assert {i for i, how in cleared.items() if how == "TOOL_RESULT_CLEARED"} <= {"res0", "res2"}
+    assert {i for i, how in cleared.items() if how == "TOOL_INPUT_CLEARED"} <= {"call0", "call2"}
+    messages = {m["id"]: m for m in result.messages}
+    if "call0" in messages:
+        assert messages["call0"]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert result.prompt_tokens <= 300
+
+
+def test_every_tool_result_under_keep_tool_uses_means_truncate() -> None:
+    blocks = agent_loop(3)
+    budget = sum(tokens(b) for b in blocks) - 10
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
+    plain = contextshift.shift_context(blocks, budget=budget)
+    assert result.truncated == [] and result.diagnostics == []
+    assert reasons(result) == reasons(plain)
+
+
+def test_clear_at_least_not_reached_truncates_straight_away() -> None:
+    blocks = agent_loop(5, output="short result")
+    budget = sum(tokens(b) for b in blocks) - 3
+    result = contextshift.shift_context(
+        blocks, budget=budget, strategy="clear-tool-results", options={"clear_at_least": 1000}
+    )
+    assert result.truncated == []
+    assert [d.event for d in result.diagnostics] == ["CLEAR_SKIPPED"]
+    assert reasons(result) == reasons(contextshift.shift_context(blocks, budget=budget))
+
+
+def test_clear_tool_results_in_anthropic_shape_on_the_json_route() -> None:
+    blocks: list[dict[str, Any]] = [turn("task", "user", "go")]
+    for n in range(5):
+        blocks.append(
+            {
+                "id": f"use{n}",
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": f"t{n}", "name": "ls", "input": {"n": n}}],
+            }
+        )
+        blocks.append(
+            {
+                "id": f"res{n}",
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "file " * 150}],
+            }
+        )
+    blocks.append(turn("now", "user", "next"))
+    budget = sum(tokens(b) for b in blocks) - 150
+    result = contextshift.shift_context(json.dumps(blocks), budget=budget, strategy="clear-tool-results")
+    sent = json.loads(result.messages_json())
+    assert sent[2]["content"][0]["content"].startswith("[tool result cleared:")
+    assert sent[2]["content"][0]["tool_use_id"] == "t0"
+
+
+# --- hysteresis and options ---------------------------------------------------------------------
+
+
+def test_target_ratio_cuts_deeper_once_a_shift_is_needed() -> None:
+    blocks = long_chat(10)
+    total = sum(tokens(b) for b in blocks)
+    budget = total - 10
+    at_one = contextshift.shift_context(blocks, budget=budget)
+    at_eight = contextshift.shift_context(blocks, budget=budget, options={"target_ratio": 0.8})
+    assert at_eight.prompt_tokens <= 0.8 * budget < at_one.prompt_tokens <= budget
+    # Under the budget, nothing is cut whatever the target.
+    assert contextshift.shift_context(blocks, budget=total, options={"target_ratio": 0.5}).excluded == []
+
+
+@pytest.mark.parametrize(
+    ("strategy", "options", "field"),
+    [
+        ("nope", None, "strategy"),
+        ("truncate", {"summary_max_tokens": 100}, "options.summary_max_tokens"),
+        ("summarize", {"summary_max_tokens": "100"}, "options.summary_max_tokens"),
+        ("summarize", {"summary_max_tokens": 1}, "options.summary_max_tokens"),
+        ("truncate", {"target_ratio": 0}, "options.target_ratio"),
+        ("truncate", {"target_ratio": 1.5}, "options.target_ratio"),
+        ("vector-recall", {"query_embedding": [1, "x"]}, "options.query_embedding"),
+        ("clear-tool-results", {"exclude_tools": "search"}, "options.exclude_tools"),
+        ("clear-tool-results", {"keep_tool_uses": -1}, "options.keep_tool_uses"),
+        ("truncate", {"plugin_timeout_ms": 0}, "options.plugin_timeout_ms"),
+    ],
+)
+def test_unknown_strategies_and_bad_options_name_the_field(
+    strategy: str, options: dict[str, Any] | None, field: str
+) -> None:
+    with pytest.raises(contextshift.InvalidOptions) as caught:
+        contextshift.shift_context([turn("u", "user", "q")], budget=100, strategy=strategy, options=options)
+    assert [v.field for v in caught.value.violations] == [field]
+
+
+def test_built_in_strategies_are_listed_with_their_options() -> None:
+    listed = {s.name: s for s in contextshift.list_strategies()}
+    assert {"truncate", "summarize", "vector-recall", "manual", "clear-tool-results"} <= set(listed)
+    assert [(o.name, o.kind, o.default) for o in listed["summarize"].options] == [
+        ("summary_max_tokens", "int", 512)
+    ]
+    assert listed["drop-greetings"].builtin is False  # the sample plugin's, from its entry point
+    assert all(s.builtin and s.description for name, s in listed.items() if name != "drop-greetings")
