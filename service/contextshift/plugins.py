@@ -330,7 +330,7 @@ def register_interceptor(fn: Interceptor, *, name: str | None = None) -> Callabl
 
 
 def interceptors() -> list[tuple[str, Interceptor]]:
-    registry.list_strategies()  # loads the entry points of both groups, once
+    registry.ensure_loaded()  # the entry points of both groups
     with _interceptors_lock:
         return [(r.name, r.fn) for r in _interceptors]
 

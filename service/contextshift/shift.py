@@ -103,6 +103,18 @@ class ShiftResult:
         """The excluded blocks, in order."""
         return self.decisions.excluded_decisions
 
+    @property
+    def kept_count(self) -> int:
+        """`len(kept)`, without building the decisions."""
+        plan = self.decisions
+        return len(plan.kept) if isinstance(plan, engine.Plan) else len(self.kept)
+
+    @property
+    def excluded_count(self) -> int:
+        """`len(excluded)`, without building the decisions."""
+        plan = self.decisions
+        return len(plan.excluded) if isinstance(plan, engine.Plan) else len(self.excluded)
+
     def ordered_decisions(self) -> list[tuple[BlockDecision, bool]]:
         """Every block in input order (kept and excluded, as an audit records them; a summary at
         its place), with whether it was kept."""
@@ -188,14 +200,21 @@ class KeptMessages:
     items: list[Item]
     cuts: dict[int, Mapping[str, Any]]
 
+    # Every item is a block index (no rewrite, no summary): the common case, taken without a
+    # Python step per block.
+    plain: bool
+
     def as_list(self) -> list[Mapping[str, Any]]:
         if isinstance(self.blocks, str | bytes):
-            parsed = iter(self.conversation.json_messages([i for i in self.items if isinstance(i, int)]))
+            indices = self.items if self.plain else [i for i in self.items if isinstance(i, int)]
+            parsed = iter(self.conversation.json_messages(indices))  # type: ignore[arg-type]
             return [next(parsed) if isinstance(i, int) else i for i in self.items]
         return [self.cuts.get(i, self.blocks[i]) if isinstance(i, int) else i for i in self.items]
 
     def as_json(self) -> bytes:
         if isinstance(self.blocks, str | bytes):
+            if self.plain:
+                return self.conversation.messages_json(self.items)  # type: ignore[arg-type]
             return self.conversation.messages_json(
                 [i if isinstance(i, int) else json.dumps(i, ensure_ascii=False).encode() for i in self.items]
             )
@@ -217,8 +236,10 @@ class ListedMessages:
 
 def _items(outcome: Outcome) -> list[Item]:
     """The kept blocks in order, rewritten ones as their messages, the summary at its place."""
-    items: list[Item] = []
     summary = outcome.summary
+    if summary is None and not outcome.rewrites:
+        return list(outcome.plan.kept)
+    items: list[Item] = []
     for i in outcome.plan.kept:
         if summary is not None and summary.before == i:
             items.append(summary.message)
@@ -231,7 +252,9 @@ def _items(outcome: Outcome) -> list[Item]:
 
 def _recount(conversation: engine.Conversation, profile: str, outcome: Outcome) -> int:
     """Stage 6: the prompt's tokens counted afresh from what is sent, not from the plan's sums."""
-    plain = [i for i in outcome.plan.kept if i not in outcome.rewrites]
+    plain = (
+        [i for i in outcome.plan.kept if i not in outcome.rewrites] if outcome.rewrites else outcome.plan.kept
+    )
     new = [r.message for r in outcome.rewrites.values()]
     if outcome.summary is not None:
         new.append(outcome.summary.message)
@@ -317,7 +340,11 @@ def shift_context(
         if adjusted
         else outcome.plan,
         kept_messages=KeptMessages(
-            blocks, conversation, _items(outcome), {index: message for index, *_, message in cuts}
+            blocks,
+            conversation,
+            _items(outcome),
+            {index: message for index, *_, message in cuts},
+            plain=not outcome.rewrites and outcome.summary is None,
         ),
     )
     if plugins.interceptors():

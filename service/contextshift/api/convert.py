@@ -275,9 +275,9 @@ def encode_plan(
         approximate=result.approximate,
         warnings=[*warnings, *result.warnings],
         compaction=context_service_pb2.CompactionNote(
-            was_compacted=len(result.excluded) > 0,
+            was_compacted=result.excluded_count > 0,
             original_count=result.block_count,
-            compacted_count=len(result.kept),
+            compacted_count=result.kept_count,
             divider_text=result.summary.divider_text if result.summary else "",
         ),
         # Raw and calibrated counts.

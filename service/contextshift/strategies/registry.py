@@ -52,7 +52,8 @@ def add(info: StrategyInfo) -> Callable[[], None]:
     return cleanup
 
 
-def _ensure_entry_points() -> None:
+def ensure_loaded() -> None:
+    """Loads the installed plugins' entry points, once."""
     global _entry_points_loaded
     if _entry_points_loaded:
         return
@@ -63,14 +64,14 @@ def _ensure_entry_points() -> None:
 
 def list_strategies() -> list[StrategyInfo]:
     """Every registered strategy, by name."""
-    _ensure_entry_points()
+    ensure_loaded()
     with _lock:
         return sorted(_strategies.values(), key=lambda s: s.name)
 
 
 def strategy_named(name: str) -> StrategyInfo:
     """The strategy `name`; `InvalidOptions` on field `strategy` when there is none."""
-    _ensure_entry_points()
+    ensure_loaded()
     with _lock:
         info = _strategies.get(name)
         known = sorted(_strategies)
