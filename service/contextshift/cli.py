@@ -137,11 +137,10 @@ def _serve(args: argparse.Namespace) -> int:
     from contextshift.api import server  # grpc is loaded only to serve
 
     try:
-        settings = config.load(vars(args), config_file=args.config)
+        return server.run(config.load(vars(args), config_file=args.config))
     except config.ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return server.run(settings)
 
 
 def build_parser() -> argparse.ArgumentParser:

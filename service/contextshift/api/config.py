@@ -32,7 +32,17 @@ class Setting:
 SETTINGS = [
     Setting("host", str, "127.0.0.1", "CONTEXTSHIFT_HOST", "address to listen on"),
     Setting("port", int, 50051, "CONTEXTSHIFT_PORT", "port to listen on (0: any free port)", 0),
-    Setting("workers", int, 1, "CONTEXTSHIFT_WORKERS", "server processes sharing the port (SO_REUSEPORT)", 1),
+    Setting(
+        "http_port",
+        int,
+        8080,
+        "CONTEXTSHIFT_HTTP_PORT",
+        "port of the HTTP/JSON API, the preview page and /metrics (0: any free port, logged)",
+        0,
+    ),
+    Setting(
+        "workers", int, 1, "CONTEXTSHIFT_WORKERS", "server processes sharing the ports (SO_REUSEPORT)", 1
+    ),
     Setting(
         "max_concurrent_rpcs",
         int,
@@ -96,6 +106,36 @@ SETTINGS = [
         0,
     ),
     Setting(
+        "tls_cert",
+        str,
+        None,
+        "CONTEXTSHIFT_TLS_CERT",
+        "PEM certificate (chain) file: serve gRPC and HTTP over TLS only (with tls_key)",
+    ),
+    Setting("tls_key", str, None, "CONTEXTSHIFT_TLS_KEY", "PEM private key file of tls_cert"),
+    Setting(
+        "tls_client_ca",
+        str,
+        None,
+        "CONTEXTSHIFT_TLS_CLIENT_CA",
+        "PEM file of the CAs that sign client certificates: every client must present one (mutual TLS)",
+    ),
+    Setting(
+        "api_keys_file",
+        str,
+        None,
+        "CONTEXTSHIFT_API_KEYS_FILE",
+        "file of API keys, each owned by a tenant: lines `tenant:key`, or TOML `[tenants]` with "
+        '`name = "key"` or a list of keys; with keys, every call but health needs one',
+    ),
+    Setting(
+        "api_keys",
+        str,
+        None,
+        "CONTEXTSHIFT_API_KEYS",
+        "API keys as `tenant:key,tenant:key` (added to api_keys_file's)",
+    ),
+    Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
     ),
 ]
@@ -107,6 +147,7 @@ class ServerConfig:
 
     host: str
     port: int
+    http_port: int
     workers: int
     max_concurrent_rpcs: int
     max_request_bytes: int
@@ -117,6 +158,11 @@ class ServerConfig:
     log_level: str
     context_size: int | None
     max_output_tokens: int | None
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
+    api_keys_file: str | None
+    api_keys: str | None
     bench_echo: bool
 
 
@@ -182,4 +228,9 @@ def load(
             values[s.name] = _convert(s, file_values[s.name], f"{path}: {s.name}")
         else:
             values[s.name] = s.default
-    return ServerConfig(**values)
+    settings = ServerConfig(**values)
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ConfigError("tls_cert and tls_key: set both or neither")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
+    return settings
