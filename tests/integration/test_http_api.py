@@ -17,7 +17,7 @@ import httpx
 import pytest
 from google.protobuf import json_format
 from openapi_spec_validator import validate
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from contextshift import profiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
@@ -261,7 +261,7 @@ def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client) -> 
         if isinstance(route, Route)
         for method in route.methods or ()
         if method != "HEAD"
-    }
+    } | {(f"{route.path}/{{path}}", "GET") for route in app.routes if isinstance(route, Mount)}
     assert routes == documented
     assert {(op.path, op.http_method) for op in OPERATIONS} < documented
 

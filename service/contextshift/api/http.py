@@ -18,6 +18,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, cast
 
 import grpc
@@ -26,8 +27,9 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import metrics, openapi
@@ -37,6 +39,11 @@ from contextshift.api.interceptors import begin_call_stats, end_call, error_stat
 from contextshift.api.servicer import ENCODED_METHODS, Context, ContextShiftServicer
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextShiftService"]
+# The preview page: plain files in the package, no build step; it loads nothing from elsewhere.
+STATIC = Path(__file__).with_name("static")
+PAGE_POLICY = (
+    "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
 STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
@@ -239,6 +246,8 @@ class HttpApi:
             Route("/readyz", self._readyz, methods=["GET"]),
             Route("/metrics", self._metrics, methods=["GET"]),
             Route("/openapi.json", self._openapi, methods=["GET"]),
+            Route("/", self._page, methods=["GET"]),
+            Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
         return Starlette(routes=routes)
 
@@ -319,3 +328,6 @@ class HttpApi:
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi.document(OPERATIONS))
+
+    async def _page(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"content-security-policy": PAGE_POLICY})

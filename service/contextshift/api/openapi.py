@@ -186,6 +186,16 @@ def _other_paths() -> dict[str, Any]:
         ),
         "/metrics": _plain("Prometheus metrics of every worker process.", "text/plain", _TEXT),
         "/openapi.json": _plain("This document.", "application/json", {"type": "object"}),
+        "/": _plain("The preview page.", "text/html", _TEXT),
+        "/static/{path}": {
+            "get": {
+                "summary": "The preview page's script and style sheet.",
+                "parameters": [
+                    {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "The file."}, "404": {"description": "No such file."}},
+            }
+        },
     }
 
 
