@@ -107,6 +107,11 @@ def use_directory(path: str) -> None:
     _state.directory = path
 
 
+def directory() -> str | None:
+    """Where the workers' metrics meet (None when not serving through `contextshift serve`)."""
+    return _state.directory
+
+
 def worker_exited(pid: int) -> None:
     """Drops the live-only gauges of a worker that exited."""
     if _state.directory is not None:

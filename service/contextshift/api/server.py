@@ -208,6 +208,7 @@ async def start(
                 "http_port": http_sock.getsockname()[1],
                 "tls": "mutual" if security.tls and security.tls.client_ca else bool(security.tls),
                 "api_keys": len(security.keys or ()),
+                "metrics_dir": metrics.directory(),
             }
         },
     )
