@@ -175,7 +175,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help=f"TOML file with settings (env {CONFIG_ENV})")
     for s in SETTINGS:
         if s.kind is bool:
-            parser.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
+            parser.add_argument(
+                s.flag, action=argparse.BooleanOptionalAction, default=None, help=f"{s.help} (env {s.env})"
+            )
         else:
             parser.add_argument(s.flag, default=None, help=f"{s.help} (env {s.env})")
 
