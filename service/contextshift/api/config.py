@@ -41,14 +41,19 @@ SETTINGS = [
         0,
     ),
     Setting(
-        "workers", int, 1, "CONTEXTSHIFT_WORKERS", "server processes sharing the ports (SO_REUSEPORT)", 1
+        "workers",
+        int,
+        1,
+        "CONTEXTSHIFT_WORKERS",
+        "server processes sharing the ports with SO_REUSEPORT (one process: SO_REUSEPORT off, so a taken port fails loudly)",
+        1,
     ),
     Setting(
         "max_concurrent_rpcs",
         int,
         256,
         "CONTEXTSHIFT_MAX_CONCURRENT_RPCS",
-        "calls in flight per process; more get RESOURCE_EXHAUSTED",
+        "calls in flight per process, on each surface; more get RESOURCE_EXHAUSTED (HTTP 429)",
         1,
     ),
     Setting(
@@ -56,7 +61,7 @@ SETTINGS = [
         int,
         16 * 1024 * 1024,
         "CONTEXTSHIFT_MAX_REQUEST_BYTES",
-        "largest request message; larger get RESOURCE_EXHAUSTED",
+        "largest request message or HTTP body; larger get RESOURCE_EXHAUSTED (HTTP 413)",
         1024,
     ),
     Setting(
@@ -77,7 +82,7 @@ SETTINGS = [
         float,
         1.0,
         "CONTEXTSHIFT_DRAIN_SECONDS",
-        "on SIGTERM: time between health NOT_SERVING and refusing new calls",
+        "on SIGTERM: time between health NOT_SERVING (and /readyz 503) and refusing new calls",
         0,
     ),
     Setting(
