@@ -140,11 +140,14 @@ def test_two_workers_add_up_and_nothing_says_what_was_sent(tmp_path: Path) -> No
                 running.address, options=[("grpc.use_local_subchannel_pool", 1)]
             ) as chan:
                 stub = context_service_pb2_grpc.ContextShiftServiceStub(chan)
-                stub.ShiftContext(
-                    pb.ShiftContextRequest(blocks_json=TEXT, chat_id="chat-secret-id"), timeout=10
+                # A profile whose counts are cached, so each worker has a hit ratio.
+                request = pb.ShiftContextRequest(
+                    blocks_json=TEXT, chat_id="chat-secret-id", profile="o200k_base"
                 )
+                stub.ShiftContext(request, timeout=10)
             with httpx.Client(base_url=running.http_url, timeout=10) as client:
-                assert client.post("/api/v2/context-shift", json={"blocksJson": TEXT}).status_code == 200
+                body = {"blocksJson": TEXT, "profile": "o200k_base"}
+                assert client.post("/api/v2/context-shift", json=body).status_code == 200
         answered = {
             line["pid"] for line in running.log_lines() if line.get("method") == SERVICE + "ShiftContext"
         }

@@ -12,10 +12,12 @@ strategy, diagnostic event, store operation), never message content, chat ids or
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_PLAIN_0_0_4,
@@ -105,6 +107,7 @@ def use_directory(path: str) -> None:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
     _state.directory = path
+    _child.cache_clear()  # children made before hold values of the other kind
 
 
 def directory() -> str | None:
@@ -131,6 +134,15 @@ def _added(now: int, before: int) -> int:
     return now - before if now >= before else now  # the cache was cleared and counts again from 0
 
 
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+@functools.lru_cache(maxsize=4096)  # label values are few: RPCs, routes, statuses, strategies, events
+def _child(metric: M, *labels: str) -> M:
+    """`metric.labels(*labels)`, looked up once: the lookup costs as much as the increment."""
+    return metric.labels(*labels)
+
+
 def record_call(
     surface: str,
     method: str,
@@ -141,28 +153,29 @@ def record_call(
     tokens: int | None,
 ) -> None:
     """One call answered."""
-    REQUESTS.labels(surface, method, status).inc()
-    LATENCY.labels(surface, method).observe(seconds)
+    _child(REQUESTS, surface, method, status).inc()
+    _child(LATENCY, surface, method).observe(seconds)
     if blocks is not None:
-        BLOCKS.labels(method).inc(blocks)
+        _child(BLOCKS, method).inc(blocks)
     if tokens is not None:
-        TOKENS.labels(method).inc(tokens)
+        _child(TOKENS, method).inc(tokens)
     stats = profiles.cache_stats()
-    COUNT_CACHE_LOOKUPS.labels("hit").inc(_added(stats.hits, _state.cache_hits))
-    COUNT_CACHE_LOOKUPS.labels("miss").inc(_added(stats.misses, _state.cache_misses))
-    _state.cache_hits, _state.cache_misses = stats.hits, stats.misses
-    COUNT_CACHE_HIT_RATIO.labels("count").set(stats.hit_ratio)
+    if (stats.hits, stats.misses) != (_state.cache_hits, _state.cache_misses):
+        _child(COUNT_CACHE_LOOKUPS, "hit").inc(_added(stats.hits, _state.cache_hits))
+        _child(COUNT_CACHE_LOOKUPS, "miss").inc(_added(stats.misses, _state.cache_misses))
+        _state.cache_hits, _state.cache_misses = stats.hits, stats.misses
+        _child(COUNT_CACHE_HIT_RATIO, "count").set(stats.hit_ratio)
 
 
 def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
     """A successful shift or preview."""
-    SHIFTS.labels(strategy).inc()
+    _child(SHIFTS, strategy).inc()
     for diagnostic in diagnostics:
-        SHIFT_EVENTS.labels(diagnostic.event).inc()
+        _child(SHIFT_EVENTS, diagnostic.event).inc()
 
 
 def record_budget_exceeded(method: str) -> None:
-    BUDGET_EXCEEDED.labels(method).inc()
+    _child(BUDGET_EXCEEDED, method).inc()
 
 
 @contextlib.contextmanager
