@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
@@ -134,7 +135,7 @@ async def _start_http(
             log_config=None,
             access_log=False,  # each call is logged by `interceptors.end_call`
             server_header=False,
-            timeout_graceful_shutdown=round(config.grace_seconds),
+            timeout_graceful_shutdown=math.ceil(config.grace_seconds),  # uvicorn takes whole seconds
             ssl_certfile=tls_files.cert_file if tls_files else None,
             ssl_keyfile=tls_files.key_file if tls_files else None,
             ssl_ca_certs=tls_files.client_ca_file if tls_files else None,
