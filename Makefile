@@ -4,6 +4,7 @@
 #   make test        lint, cargo test, pytest: what CI runs
 #   make benchmark   the benchmark suite (QUICK=1 for a smoke run)
 #   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
+#   make docs        regenerate docs/api.md and the README's settings table (a test checks them)
 #   make go-tools    buf and the Go protoc plugins (pinned, from the Go module proxy) into .venv/bin
 
 VENV ?= .venv
@@ -16,7 +17,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
 
-.PHONY: install-dev build-dev lint test test-rust test-python benchmark clean proto proto-check go-tools
+.PHONY: install-dev build-dev lint test test-rust test-python benchmark clean proto proto-check docs go-tools
 
 $(STAMP): pyproject.toml examples/plugin-sample/pyproject.toml
 	python3 -m venv $(VENV)
@@ -45,14 +46,17 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(PY) proto/generate_python.py --check
 
+docs: $(STAMP)
+	$(PY) docs/generate.py
+
 # Rebuilds the extension in place after a Rust change (release profile: tests and benchmarks
 # measure the code users get).
 build-dev: $(STAMP)
 	VIRTUAL_ENV=$(abspath $(VENV)) $(VENV)/bin/maturin develop --release --quiet
 
 lint: build-dev $(GO_TOOLS)
-	$(VENV)/bin/ruff check service tests benchmarks proto examples
-	$(VENV)/bin/ruff format --check service tests benchmarks proto examples
+	$(VENV)/bin/ruff check service tests benchmarks proto docs examples
+	$(VENV)/bin/ruff format --check service tests benchmarks proto docs examples
 	cd proto && $(GOBIN)/buf lint && $(GOBIN)/buf format --exit-code --diff
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest contextshift._core --allowlist stubtest-allowlist.txt

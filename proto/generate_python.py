@@ -38,27 +38,24 @@ def _rewrite(text: str) -> str:
     return _MODULE_REF.sub(lambda m: PREFIX + m.group(1), text)
 
 
+def run_protoc(*args: str) -> None:
+    """The pinned protoc (grpcio-tools) over proto/, with the well-known types it ships."""
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    command = [sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_ROOT}", f"-I{well_known}", *args]
+    subprocess.run(command, check=True, cwd=PROTO_ROOT)
+
+
 def generate(out: Path) -> None:
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.rglob("*.proto"))
-    well_known = Path(grpc_tools.__file__).parent / "_proto"
     scripts = Path(sys.executable).parent  # mypy-protobuf's plugins sit beside this interpreter
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{PROTO_ROOT}",
-            f"-I{well_known}",
-            f"--python_out={out}",
-            f"--grpc_python_out={out}",
-            f"--plugin=protoc-gen-mypy={scripts / 'protoc-gen-mypy'}",
-            f"--plugin=protoc-gen-mypy_grpc={scripts / 'protoc-gen-mypy_grpc'}",
-            f"--mypy_out={out}",
-            f"--mypy_grpc_out={out}",
-            *protos,
-        ],
-        check=True,
-        cwd=PROTO_ROOT,
+    run_protoc(
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+        f"--plugin=protoc-gen-mypy={scripts / 'protoc-gen-mypy'}",
+        f"--plugin=protoc-gen-mypy_grpc={scripts / 'protoc-gen-mypy_grpc'}",
+        f"--mypy_out={out}",
+        f"--mypy_grpc_out={out}",
+        *protos,
     )
     for path in out.rglob("*.py*"):
         path.write_text(_rewrite(path.read_text(encoding="utf-8")), encoding="utf-8")

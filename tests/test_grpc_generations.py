@@ -22,29 +22,29 @@ from contextshift.api.servicer import ContextShiftServicer, Generation, Generati
 def test_oldest_generation_goes_first_when_full() -> None:
     generations = Generations(capacity=2)
     for name in ("a", "b", "c"):
-        generations.add(name, Generation("m", 10, approximate=True))
+        generations.add("", name, Generation("m", 10, approximate=True))
     assert len(generations) == 2
-    assert generations.finish("a", report=False) is None
-    assert generations.finish("b", report=False) is not None
-    assert generations.finish("c", report=False) is not None
+    assert generations.finish("", "a", report=False) is None
+    assert generations.finish("", "b", report=False) is not None
+    assert generations.finish("", "c", report=False) is not None
 
 
 def test_reused_id_starts_over() -> None:
     generations = Generations(capacity=2)
-    generations.add("a", Generation("m", 10, approximate=True))
-    assert generations.finish("a", report=True) == Generation("m", 10, approximate=True, reported=False)
-    generations.add("a", Generation("n", 20, approximate=False))
-    assert generations.finish("a", report=False) == Generation("n", 20, approximate=False, reported=False)
+    generations.add("", "a", Generation("m", 10, approximate=True))
+    assert generations.finish("", "a", report=True) == Generation("m", 10, approximate=True, reported=False)
+    generations.add("", "a", Generation("n", 20, approximate=False))
+    assert generations.finish("", "a", report=False) == Generation("n", 20, approximate=False, reported=False)
 
 
 def test_a_report_is_claimed_once_across_threads() -> None:
     generations = Generations()
-    generations.add("g", Generation("m", 10, approximate=True))
+    generations.add("", "g", Generation("m", 10, approximate=True))
     seen: list[bool] = []
     lock = threading.Lock()
 
     def claim() -> None:
-        before = generations.finish("g", report=True)
+        before = generations.finish("", "g", report=True)
         assert before is not None
         with lock:
             seen.append(before.reported)
@@ -66,8 +66,8 @@ def test_evicted_generation_is_not_found_and_a_kept_one_calibrates() -> None:
     model = f"claude-sonnet-4-test-{uuid.uuid4().hex[:8]}"
     with ThreadPoolExecutor(1) as executor:
         servicer = ContextShiftServicer(executor, convert.BudgetDefaults(None, None), max_generations=1)
-        servicer._generations.add("old", Generation(model, 100, approximate=True))
-        servicer._generations.add("new", Generation(model, 100, approximate=True))
+        servicer._generations.add("", "old", Generation(model, 100, approximate=True))
+        servicer._generations.add("", "new", Generation(model, 100, approximate=True))
         context: Any = None  # FinishGeneration raises RequestError; the interceptor turns it into a status
 
         def finish(generation_id: str) -> pb.FinishGenerationResponse:

@@ -25,7 +25,7 @@ def test_engine_panic_is_internal_with_a_log_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(contextshift, "shift_context", panicking_shift)
-    settings = config.load({"drain_seconds": 0}, env={})
+    settings = config.load({"drain_seconds": 0, "http_port": 0}, env={})
 
     async def call() -> tuple[grpc.StatusCode, str]:
         running = await server.start(settings, 0)

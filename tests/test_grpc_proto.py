@@ -1,4 +1,4 @@
-"""The committed generated code matches the .proto (regenerate with `make proto`)."""
+"""The committed generated code and docs match their sources (regenerate with `make proto`, `make docs`)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_generated_python_is_current() -> None:
+@pytest.mark.parametrize(
+    "script",
+    [
+        "proto/generate_python.py",  # the protobuf code under service/contextshift/_proto
+        "docs/generate.py",  # docs/api.md and the README's settings table
+    ],
+)
+def test_generated_files_are_current(script: str) -> None:
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "proto" / "generate_python.py"), "--check"],
+        [sys.executable, str(ROOT / script), "--check"],
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,8 +1,13 @@
-"""Command line: serve the gRPC API, preview what a shift keeps and drops, and count tokens.
+"""Command line: serve the API, preview what a shift keeps and drops (here or on a server), show a
+chat's last audit, and count tokens.
 
-contextshift serve --port 50051
-contextshift preview examples/support-chat.json --context-limit 8000 --response-reserve 2000
-contextshift count examples/support-chat.json
+contextshift serve --port 50051 --http-port 8080
+contextshift preview examples/support-chat.json --budget 300 [--server 127.0.0.1:50051]
+contextshift audit CHAT_ID --server 127.0.0.1:50051
+contextshift count examples/support-chat.json other.json   (or - for stdin)
+
+Tables are coloured by decision when the output is a terminal, plain when piped; inputs large enough
+to take a while show progress on stderr (a terminal only).
 """
 
 from __future__ import annotations
@@ -10,24 +15,72 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+from rich.text import Text
 
 from contextshift import engine
 from contextshift.api import config
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
-from contextshift.profiles import list_profiles
+from contextshift.profiles import resolve_request
 from contextshift.shift import ShiftResult, shift_context
 
+if TYPE_CHECKING:
+    import grpc
 
-def load_blocks(path: Path) -> list[Any]:
+    from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+
+API_KEY_ENV = "CONTEXTSHIFT_API_KEY"
+# Inputs from this size on take about a second or more (reading the JSON, counting): they show
+# progress on a terminal.
+PROGRESS_BYTES = 8 * 1024 * 1024
+COUNT_BATCH = 2_000  # items counted per step of the progress bar
+MAX_COUNT_ROWS = 10_000  # more blocks than this in a file: its total only (all counts with --json)
+STYLES = {"kept": "green", "excluded": "red", "summary": "blue", "truncated": "yellow"}
+
+
+def stdout() -> Console:
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, 160)  # a pipe or a file: no wrapping at 80 columns
+    return console
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+def read_text(source: str) -> str:
+    """A file's text, or stdin's for `-`."""
+    if source == "-":
+        return sys.stdin.read()
+    try:
+        return Path(source).read_text(encoding="utf-8")
+    except OSError as e:
+        raise SystemExit(f"error: {source}: {e.strerror or e}") from None
+
+
+def load_blocks(text: str, source: str) -> list[Any]:
     """A JSON list of blocks, or a request body holding one: `blocks`, `messages` (OpenAI chat,
     Anthropic, whose top-level `system` string becomes a system block) or `input` (Responses)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"error: {source}: not JSON: {e}") from None
     if isinstance(data, list):
         return data
     if isinstance(data, dict):
@@ -37,71 +90,198 @@ def load_blocks(path: Path) -> list[Any]:
                 if key == "messages" and isinstance(data.get("system"), str):
                     blocks.insert(0, {"role": "system", "content": data["system"]})
                 return blocks
-    raise SystemExit(f"{path}: expected a JSON list of blocks or an object with blocks/messages/input")
+    raise SystemExit(
+        f"error: {source}: expected a JSON list of blocks or an object with blocks/messages/input"
+    )
 
 
-def _label(block: Any) -> str:
+def _waiting(what: str, size: int) -> AbstractContextManager[Any]:
+    """A spinner on stderr while a large input is worked on (a terminal only)."""
+    console = stderr()
+    if size < PROGRESS_BYTES or not console.is_terminal:
+        return nullcontext()
+    return console.status(what)
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def _label(block: Any) -> tuple[str, str]:
     if not isinstance(block, Mapping):
-        return "?"
-    role = block.get("role") or block.get("type") or "?"
-    kind = block.get("kind")
-    return f"{role}/{kind}" if kind else str(role)
+        return "?", ""
+    return str(block.get("role") or block.get("type") or "?"), str(block.get("kind") or "")
 
 
-def _preview_text(block: Any, width: int = 48) -> str:
+def _preview_text(block: Any) -> str:
     content = block.get("content") if isinstance(block, Mapping) else None
     if isinstance(content, list):
         content = " ".join(
             str(p.get("text", f"[{p.get('type')}]")) for p in content if isinstance(p, Mapping)
         )
-    text = " ".join(str(content or "").split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return " ".join(str(content or "").split())
 
 
-def render_table(blocks: Sequence[Any], result: ShiftResult) -> str:
-    decisions = {d.id: ("kept", d) for d in result.kept} | {d.id: ("EXCLUDED", d) for d in result.excluded}
-    rows = [("#", "id", "role/kind", "tokens", "decision", "reason", "text")]
+@dataclasses.dataclass(frozen=True)
+class Row:
+    id: str
+    role: str
+    kind: str
+    tokens: int | None
+    decision: str
+    reason: str
+    text: str
+
+
+def decision_table(rows: Sequence[Row]) -> Table:
+    table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
+    table.add_column("#", justify="right")
+    table.add_column("id", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("tokens", justify="right")
+    table.add_column("decision", no_wrap=True)
+    table.add_column("reason", no_wrap=True)
+    table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=48)
+    for index, row in enumerate(rows):
+        table.add_row(
+            str(index),
+            row.id,
+            row.role,
+            row.kind or "-",
+            "" if row.tokens is None else str(row.tokens),
+            row.decision,
+            row.reason,
+            row.text,
+            style=STYLES.get(row.decision),
+        )
+    return table
+
+
+def plan_rows(blocks: Sequence[Any], result: ShiftResult) -> list[Row]:
+    """The input blocks in order with their decisions; a block the shift added (a summary) comes
+    before the kept block it precedes."""
+    decisions: dict[str, tuple[str, BlockDecision]] = {d.id: ("kept", d) for d in result.kept}
+    decisions |= {d.id: ("excluded", d) for d in result.excluded}
+    cut = {t.id: t for t in result.truncated}
+    rows = []
     for index, block in enumerate(blocks):
         given = block.get("id") if isinstance(block, Mapping) else None
         block_id = given if isinstance(given, str) else f"#{index}"
         decision, entry = decisions[block_id]
-        rows.append(
-            (
-                str(index),
-                block_id,
-                _label(block),
-                str(entry.tokens),
-                decision,
-                entry.reason,
-                _preview_text(block),
-            )
-        )
-    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+        reason = entry.reason
+        if block_id in cut:
+            t = cut[block_id]
+            decision, reason = "truncated", f"{reason}, cut {t.tokens_before}->{t.tokens_after} ({t.how})"
+        rows.append(Row(block_id, *_label(block), entry.tokens, decision, reason, _preview_text(block)))
+    given_ids = {row.id for row in rows}
+    for at, added in enumerate(result.kept):
+        if added.id in given_ids:
+            continue
+        following = next((k.id for k in result.kept[at + 1 :] if k.id in given_ids), None)
+        position = next((i for i, row in enumerate(rows) if row.id == following), len(rows))
+        rows.insert(position, Row(added.id, "system", "summary", added.tokens, "summary", added.reason, ""))
+    return rows
+
+
+def plan_summary(result: ShiftResult) -> str:
     approx = " (approximate)" if result.approximate else ""
-    lines.append("")
-    lines.append(
+    return (
         f"{len(result.kept)} kept, {len(result.excluded)} excluded, {len(result.truncated)} truncated; "
         f"prompt {result.prompt_tokens} of {result.budget} tokens, profile {result.profile}{approx}"
     )
-    lines.extend(f"warning: {w}" for w in result.warnings)
-    return "\n".join(lines)
 
 
-def _budget(args: argparse.Namespace) -> int | Budget:
+# --- the server -------------------------------------------------------------------------------
+
+
+def _channel(args: argparse.Namespace) -> grpc.Channel:
+    import grpc  # loaded only to talk to a server
+
+    if args.tls_ca is None and args.tls_cert is None:
+        return grpc.insecure_channel(args.server)
+    files = [
+        None if path is None else Path(path).read_bytes()
+        for path in (args.tls_ca, args.tls_key, args.tls_cert)
+    ]
+    return grpc.secure_channel(args.server, grpc.ssl_channel_credentials(*files))
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    key: str | None = args.api_key or os.environ.get(API_KEY_ENV)
+    return key
+
+
+class ServerFailed(Exception):
+    """A call to the server failed other than with an error of the library (exit code 1)."""
+
+    def __init__(self, error: grpc.RpcError, what: str) -> None:
+        import grpc
+
+        code, details = error.code(), error.details()
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            message = f"the server cannot {what} yet: {details}"
+        elif code == grpc.StatusCode.UNAUTHENTICATED:
+            message = f"{details} (give --api-key or ${API_KEY_ENV})"
+        else:
+            message = f"{code.name}: {details}"
+        super().__init__(message)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _budget(args: argparse.Namespace, *, remote: bool) -> int | Budget | None:
     if args.budget is not None:
         return int(args.budget)
-    return Budget(args.context_limit, args.response_reserve, args.system_reserve)
+    window = (args.context_limit, args.response_reserve, args.system_reserve)
+    if remote and window == (None, None, None):
+        return None  # the server's defaults: its environment, the model registry, 128000 / 64000
+    limit, response, system = window
+    return Budget(128_000 if limit is None else limit, response or 0, system or 0)
+
+
+def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
+    if args.server is None:
+        return shift_context(
+            blocks,
+            budget=_budget(args, remote=False) or 0,
+            profile=args.profile,
+            strategy=args.strategy,
+            model=args.model,
+        )
+    import grpc
+
+    from contextshift.client import Client
+
+    with Client(channel=_channel(args), api_key=_api_key(args)) as client:
+        try:
+            return client.preview_context(
+                blocks,
+                budget=_budget(args, remote=True),
+                profile=args.profile or "",
+                strategy=args.strategy,
+                model=args.model or "",
+                timeout=600,
+            )
+        except grpc.RpcError as error:  # what the client does not raise as the library's errors
+            raise ServerFailed(error, "preview") from error
 
 
 def _preview(args: argparse.Namespace) -> int:
-    blocks = load_blocks(args.file)
-    result = shift_context(blocks, budget=_budget(args), profile=args.profile, strategy=args.strategy)
+    text = read_text(args.file)
+    with _waiting(f"shifting {len(text) / 2**20:.0f} MiB", len(text)):
+        blocks = load_blocks(text, args.file)
+        result = _shift(args, blocks)
+    console = stdout()
     if args.json:
-        print(json.dumps(_result_json(result), ensure_ascii=False, indent=2))
-    else:
-        print(render_table(blocks, result))
+        console.print_json(json.dumps(_result_json(result), ensure_ascii=False))
+        return 0
+    console.print(decision_table(plan_rows(blocks, result)))
+    console.print(plan_summary(result))
+    for warning in result.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    for d in result.diagnostics:
+        console.print(Text(f"{d.source}: {d.event}: {d.detail}", style="blue"))
     return 0
 
 
@@ -115,6 +295,7 @@ def _result_json(result: ShiftResult) -> dict[str, Any]:
         "profile": result.profile,
         "approximate": result.approximate,
         "warnings": result.warnings,
+        "diagnostics": [dataclasses.asdict(d) for d in result.diagnostics],
         "messages": result.messages,
     }
 
@@ -123,13 +304,91 @@ def _decision_json(decision: BlockDecision) -> dict[str, Any]:
     return {"id": decision.id, "tokens": decision.tokens, "reason": decision.reason}
 
 
+def audit_rows(audit: pb.ContextAudit) -> list[Row]:
+    return [Row(b.id, "", "", b.tokens, "kept" if b.kept else "excluded", b.reason, "") for b in audit.blocks]
+
+
+def _audit(args: argparse.Namespace) -> int:
+    import grpc
+
+    from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+    from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
+
+    key = _api_key(args)
+    metadata = (("authorization", f"Bearer {key}"),) if key else None
+    with _channel(args) as channel:
+        stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+        try:
+            response = stub.GetContextAudit(
+                pb.GetContextAuditRequest(chat_id=args.chat_id), metadata=metadata, timeout=30
+            )
+        except grpc.RpcError as error:
+            raise ServerFailed(error, "show audits") from error
+    audit = response.audit
+    console = stdout()
+    console.print(decision_table(audit_rows(audit)))
+    kept = sum(b.kept for b in audit.blocks)
+    approx = " (approximate)" if audit.approximate else ""
+    console.print(
+        f"chat {audit.chat_id}, generation {audit.generation_id}: {kept} kept, {len(audit.blocks) - kept} "
+        f"excluded; prompt {audit.prompt_tokens} tokens, profile {audit.profile}{approx}; "
+        f"{audit.provider} {audit.model}; status {pb.GenerationStatus.Name(audit.status)}"
+    )
+    return 0
+
+
+def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), COUNT_BATCH):
+        yield items[start : start + COUNT_BATCH]
+
+
 def _count(args: argparse.Namespace) -> int:
-    items: list[Any] = [args.text] if args.text is not None else load_blocks(args.file)
-    counts = engine.count_items(items, args.profile)
-    for index, (item, tokens) in enumerate(zip(items, counts, strict=True)):
-        label = "text" if isinstance(item, str) else _label(item)
-        print(f"{index:>4}  {label:<18} {tokens:>8}")
-    print(f"total {sum(counts)} tokens, profile {args.profile}")
+    profile = resolve_request(args.profile, args.model).profile
+    inputs: list[tuple[str, list[Any]]] = [("--text", [args.text])] if args.text is not None else []
+    texts = [(source, read_text(source)) for source in args.files]
+    size = sum(len(text) for _, text in texts)
+    with _waiting(f"reading {size / 2**20:.0f} MiB", size):
+        inputs += [(source, load_blocks(text, source)) for source, text in texts]
+    console = stdout()
+    progress = Progress(
+        TextColumn("counting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr(),
+        disable=size < PROGRESS_BYTES or not stderr().is_terminal,
+        transient=True,
+    )
+    counted: list[tuple[str, list[Any], list[int]]] = []
+    with progress:
+        task = progress.add_task("count", total=sum(len(items) for _, items in inputs))
+        for source, items in inputs:
+            counts: list[int] = []
+            for batch in _batches(items):
+                counts += engine.count_items(batch, profile)
+                progress.advance(task, len(batch))
+            counted.append((source, items, counts))
+    if args.json:
+        console.print_json(json.dumps({"profile": profile, "files": {s: c for s, _, c in counted}}))
+        return 0
+    for source, items, counts in counted:
+        if len(items) <= MAX_COUNT_ROWS:
+            table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False, title=source, title_justify="left")
+            table.add_column("#", justify="right")
+            table.add_column("role")
+            table.add_column("kind")
+            table.add_column("tokens", justify="right")
+            for index, (item, tokens) in enumerate(zip(items, counts, strict=True)):
+                role, kind = ("text", "") if isinstance(item, str) else _label(item)
+                table.add_row(str(index), role, kind or "-", str(tokens))
+            console.print(table)
+        console.print(
+            f"{source}: {len(items)} {'texts' if args.text is not None else 'blocks'}, {sum(counts)} tokens"
+        )
+    if len(counted) > 1:
+        console.print(f"total {sum(sum(c) for _, _, c in counted)} tokens, profile {profile}")
+    else:
+        console.print(f"total {sum(counted[0][2])} tokens, profile {profile}")
     return 0
 
 
@@ -137,46 +396,94 @@ def _serve(args: argparse.Namespace) -> int:
     from contextshift.api import server  # grpc is loaded only to serve
 
     try:
-        settings = config.load(vars(args), config_file=args.config)
+        return server.run(config.load(vars(args), config_file=args.config))
     except config.ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    return server.run(settings)
+
+
+def _add_server_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument(
+        "--server", required=required, metavar="HOST:PORT", help="ask this contextshift server (gRPC)"
+    )
+    parser.add_argument("--api-key", help=f"the server's API key (default ${API_KEY_ENV})")
+    parser.add_argument(
+        "--tls-ca", metavar="FILE", help="connect with TLS, trusting these CA certificates (PEM)"
+    )
+    parser.add_argument("--tls-cert", metavar="FILE", help="client certificate for mutual TLS (PEM)")
+    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key (PEM)")
+
+
+SERVE_EPILOG = (
+    "Settings: a flag wins over its environment variable, which wins over the --config TOML file "
+    "(keys: the setting names, e.g. http_port = 8080), which wins over the default. "
+    "Health (gRPC health, /healthz, /readyz), reflection, /metrics, /openapi.json and the page need no API key."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contextshift", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    profile_names = [p.name for p in list_profiles()]
 
     serve = sub.add_parser(
-        "serve", help="serve the gRPC API (settings: flags > environment > --config TOML > defaults)"
+        "serve",
+        help="serve the gRPC and HTTP APIs (settings: flags > environment > --config TOML > defaults)",
+        epilog=SERVE_EPILOG,
     )
     config.add_flags(serve)
     serve.set_defaults(run=_serve)
 
-    preview = sub.add_parser("preview", help="show what a shift of a conversation file keeps and excludes")
-    preview.add_argument("file", type=Path)
+    preview = sub.add_parser("preview", help="show what a shift of a conversation keeps and excludes")
+    preview.add_argument("file", metavar="FILE", help="a conversation file, or - for stdin")
     preview.add_argument("--budget", type=int, help="token budget, used as is (overrides the window flags)")
-    preview.add_argument("--context-limit", type=int, default=128_000)
-    preview.add_argument("--response-reserve", type=int, default=0)
-    preview.add_argument("--system-reserve", type=int, default=0)
-    preview.add_argument("--profile", default="heuristic", choices=profile_names)
-    preview.add_argument("--strategy", default="truncate")
+    preview.add_argument(
+        "--context-limit", type=int, help="context window (default 128000; with --server, the server's)"
+    )
+    preview.add_argument(
+        "--response-reserve",
+        type=int,
+        help="tokens kept for the answer (default 0; with --server, the server's)",
+    )
+    preview.add_argument(
+        "--system-reserve", type=int, help="tokens kept for a system prompt not sent (default 0)"
+    )
+    preview.add_argument(
+        "--profile", help="tokenizer profile or registered model (default: the model's, else heuristic)"
+    )
+    preview.add_argument(
+        "--model", help="the model, e.g. gpt-4o: picks the profile (and, on a server, the window)"
+    )
+    preview.add_argument("--strategy", default="truncate", help="the strategy (default truncate)")
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
+    _add_server_flags(preview, required=False)
     preview.set_defaults(run=_preview)
 
-    count = sub.add_parser("count", help="count tokens of each block in a file, or of --text")
-    source = count.add_mutually_exclusive_group(required=True)
-    source.add_argument("file", type=Path, nargs="?")
-    source.add_argument("--text")
-    count.add_argument("--profile", default="heuristic", choices=profile_names)
+    audit = sub.add_parser("audit", help="show a chat's last audit, from a server")
+    audit.add_argument("chat_id", metavar="CHAT_ID")
+    _add_server_flags(audit, required=True)
+    audit.set_defaults(run=_audit)
+
+    count = sub.add_parser(
+        "count", help="count tokens of each block of conversation files (or stdin), or of --text"
+    )
+    count.add_argument("files", metavar="FILE", nargs="*", help="conversation files, or - for stdin")
+    count.add_argument("--text", help="count this text instead")
+    count.add_argument(
+        "--profile", help="tokenizer profile or registered model (default: the model's, else heuristic)"
+    )
+    count.add_argument("--model", help="the model whose tokenizer counts, when --profile is not given")
+    count.add_argument("--json", action="store_true", help="print every count as JSON")
     count.set_defaults(run=_count)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "count" and (args.text is None) == (not args.files):
+        parser.error("count: give FILE... (- for stdin) or --text, not both")
+    if args.command in {"preview", "audit"} and (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
     try:
         code: int = args.run(args)
     except TokenBudgetExceeded as e:
@@ -186,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for v in e.violations:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
         return 2
-    except ContextShiftError as e:
+    except (ContextShiftError, ServerFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return code

@@ -8,6 +8,10 @@ accepts works. Results come back as `ShiftResult` (with the server's extras), an
 errors are raised as the library's: `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`.
 Other failures (unavailable, deadline, an unknown generation's NOT_FOUND, ...) stay `grpc.RpcError`.
 
+A server with API keys needs `api_key=` (sent as `authorization: Bearer <key>` on every call); one
+with TLS needs `credentials=grpc.ssl_channel_credentials(...)` (with a client certificate for mutual
+TLS).
+
 `finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports the provider's
 prompt tokens, which calibrates the model's approximate counts on the server process that served
 the ShiftContext (use the same client).
@@ -294,12 +298,31 @@ def library_error(error: grpc.RpcError) -> Exception:
     return error
 
 
-class Client:
-    """Blocking client. `target` is host:port; pass `channel` to use your own (TLS, options)."""
+def _metadata(api_key: str | None) -> tuple[tuple[str, str], ...] | None:
+    return (("authorization", f"Bearer {api_key}"),) if api_key else None
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, channel: grpc.Channel | None = None) -> None:
-        self._channel = channel or grpc.insecure_channel(target)
+
+class Client:
+    """Blocking client. `target` is host:port; `credentials` makes the channel TLS; pass `channel`
+    to use your own (options)."""
+
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        channel: grpc.Channel | None = None,
+        api_key: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        if channel is None:
+            channel = (
+                grpc.insecure_channel(target)
+                if credentials is None
+                else grpc.secure_channel(target, credentials)
+            )
+        self._channel = channel
         self._stub = context_service_pb2_grpc.ContextShiftServiceStub(self._channel)
+        self._metadata = _metadata(api_key)
 
     def __enter__(self) -> Self:
         return self
@@ -316,7 +339,9 @@ class Client:
         """As `contextshift.shift_context`, on the server; see `ShiftArgs`."""
         try:
             response = self._stub.ShiftContext(
-                pb.ShiftContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+                pb.ShiftContextRequest(**_request(blocks, args)),
+                metadata=self._metadata,
+                timeout=args.get("timeout"),
             )
         except grpc.RpcError as e:
             raise library_error(e) from e
@@ -326,7 +351,9 @@ class Client:
         """As `shift_context`, writing nothing on the server."""
         try:
             response = self._stub.PreviewContext(
-                pb.PreviewContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+                pb.PreviewContextRequest(**_request(blocks, args)),
+                metadata=self._metadata,
+                timeout=args.get("timeout"),
             )
         except grpc.RpcError as e:
             raise library_error(e) from e
@@ -337,13 +364,19 @@ class Client:
     ) -> list[int]:
         """Tokens of each text."""
         try:
-            return list(self._stub.CountTokens(_count_request(texts, profile, model), timeout=timeout).counts)
+            return list(
+                self._stub.CountTokens(
+                    _count_request(texts, profile, model), metadata=self._metadata, timeout=timeout
+                ).counts
+            )
         except grpc.RpcError as e:
             raise library_error(e) from e
 
     def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
         """Every profile the server counts with, as `contextshift.profiles.list_profiles()` gives."""
-        response = self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
+        response = self._stub.ListTokenizerProfiles(
+            pb.ListTokenizerProfilesRequest(), metadata=self._metadata, timeout=timeout
+        )
         return [_profile_info(p) for p in response.profiles]
 
     def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
@@ -364,7 +397,9 @@ class Client:
         the provider's prompt tokens, which calibrate the model's approximate counts."""
         request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
         try:
-            return _finish_result(self._stub.FinishGeneration(request, timeout=timeout))
+            return _finish_result(
+                self._stub.FinishGeneration(request, metadata=self._metadata, timeout=timeout)
+            )
         except grpc.RpcError as e:
             raise library_error(e) from e
 
@@ -372,9 +407,23 @@ class Client:
 class AsyncClient:
     """The same calls for asyncio (grpc.aio)."""
 
-    def __init__(self, target: str = "127.0.0.1:50051", *, channel: aio.Channel | None = None) -> None:
-        self._channel = channel or aio.insecure_channel(target)
+    def __init__(
+        self,
+        target: str = "127.0.0.1:50051",
+        *,
+        channel: aio.Channel | None = None,
+        api_key: str | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        if channel is None:
+            channel = (
+                aio.insecure_channel(target)
+                if credentials is None
+                else aio.secure_channel(target, credentials)
+            )
+        self._channel = channel
         self._stub = context_service_pb2_grpc.ContextShiftServiceAsyncStub(self._channel)
+        self._metadata = _metadata(api_key)
 
     async def __aenter__(self) -> Self:
         return self
@@ -390,7 +439,9 @@ class AsyncClient:
     async def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
         try:
             response = await self._stub.ShiftContext(
-                pb.ShiftContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+                pb.ShiftContextRequest(**_request(blocks, args)),
+                metadata=self._metadata,
+                timeout=args.get("timeout"),
             )
         except grpc.RpcError as e:
             raise library_error(e) from e
@@ -399,7 +450,9 @@ class AsyncClient:
     async def preview_context(self, blocks: Blocks, **args: Unpack[PreviewArgs]) -> RemoteShiftResult:
         try:
             response = await self._stub.PreviewContext(
-                pb.PreviewContextRequest(**_request(blocks, args)), timeout=args.get("timeout")
+                pb.PreviewContextRequest(**_request(blocks, args)),
+                metadata=self._metadata,
+                timeout=args.get("timeout"),
             )
         except grpc.RpcError as e:
             raise library_error(e) from e
@@ -409,13 +462,17 @@ class AsyncClient:
         self, texts: Sequence[str], profile: str = "", *, model: str = "", timeout: float | None = None
     ) -> list[int]:
         try:
-            response = await self._stub.CountTokens(_count_request(texts, profile, model), timeout=timeout)
+            response = await self._stub.CountTokens(
+                _count_request(texts, profile, model), metadata=self._metadata, timeout=timeout
+            )
         except grpc.RpcError as e:
             raise library_error(e) from e
         return list(response.counts)
 
     async def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
-        response = await self._stub.ListTokenizerProfiles(pb.ListTokenizerProfilesRequest(), timeout=timeout)
+        response = await self._stub.ListTokenizerProfiles(
+            pb.ListTokenizerProfilesRequest(), metadata=self._metadata, timeout=timeout
+        )
         return [_profile_info(p) for p in response.profiles]
 
     async def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
@@ -433,6 +490,8 @@ class AsyncClient:
     ) -> FinishResult:
         request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
         try:
-            return _finish_result(await self._stub.FinishGeneration(request, timeout=timeout))
+            return _finish_result(
+                await self._stub.FinishGeneration(request, metadata=self._metadata, timeout=timeout)
+            )
         except grpc.RpcError as e:
             raise library_error(e) from e

@@ -1,4 +1,4 @@
-"""The real server as a subprocess on 127.0.0.1, on a free port, ready when its health says so."""
+"""The real server as a subprocess on 127.0.0.1, on free ports, ready once it logs that it serves."""
 
 from __future__ import annotations
 
@@ -31,18 +31,23 @@ def free_port() -> int:
 class ServerProcess:
     proc: subprocess.Popen[bytes]
     port: int
+    http_port: int
     log_path: Path
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
     def log_lines(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
 
     def wait_serving(self, workers: int, timeout: float = 30.0) -> None:
-        """Until `workers` processes listen: health answers once the first does, and a connection
-        made before the others listen can only reach it."""
+        """Until `workers` processes listen: a connection made before the others listen can only
+        reach the first."""
         deadline = time.monotonic() + timeout
         while sum(line.get("msg") == "serving" for line in self.log_lines()) < workers:
             if time.monotonic() > deadline:
@@ -86,6 +91,7 @@ def start_server(
     tmp_path: Path,
     *flags: str,
     port: int | None = None,
+    http_port: int | None = None,
     wait: bool = True,
     env: dict[str, str] | None = None,
     gate: Gate | None = None,
@@ -93,6 +99,7 @@ def start_server(
     """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
     `env`. With `gate`, every engine call waits for the gate to open."""
     port = free_port() if port is None else port
+    http_port = free_port() if http_port is None else http_port
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
     env = clean | (env or {})
@@ -109,23 +116,21 @@ def start_server(
                 "127.0.0.1",
                 "--port",
                 str(port),
+                "--http-port",
+                str(http_port),
                 *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    server = ServerProcess(proc, port, log_path)
+    server = ServerProcess(proc, port, http_port, log_path)
     if wait:
         deadline = time.monotonic() + START_TIMEOUT
-        while True:
+        # Logged once health is SERVING and both ports listen (plaintext or TLS, keys or not).
+        while not any(line.get("msg") == "serving" for line in server.log_lines()):
             if proc.poll() is not None:
                 raise RuntimeError(f"server exited with {proc.returncode}:\n{log_path.read_text()}")
-            try:
-                if health_status(server.address, timeout=0.5) == health_pb2.HealthCheckResponse.SERVING:
-                    break
-            except grpc.RpcError:
-                pass
             if time.monotonic() > deadline:
                 server.terminate()
                 raise RuntimeError(f"server not healthy in {START_TIMEOUT}s:\n{log_path.read_text()}")

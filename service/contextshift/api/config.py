@@ -32,13 +32,28 @@ class Setting:
 SETTINGS = [
     Setting("host", str, "127.0.0.1", "CONTEXTSHIFT_HOST", "address to listen on"),
     Setting("port", int, 50051, "CONTEXTSHIFT_PORT", "port to listen on (0: any free port)", 0),
-    Setting("workers", int, 1, "CONTEXTSHIFT_WORKERS", "server processes sharing the port (SO_REUSEPORT)", 1),
+    Setting(
+        "http_port",
+        int,
+        8080,
+        "CONTEXTSHIFT_HTTP_PORT",
+        "port of the HTTP/JSON API, the preview page and /metrics (0: any free port, logged)",
+        0,
+    ),
+    Setting(
+        "workers",
+        int,
+        1,
+        "CONTEXTSHIFT_WORKERS",
+        "server processes sharing the ports with SO_REUSEPORT (one process: SO_REUSEPORT off, so a taken port fails loudly)",
+        1,
+    ),
     Setting(
         "max_concurrent_rpcs",
         int,
         256,
         "CONTEXTSHIFT_MAX_CONCURRENT_RPCS",
-        "calls in flight per process; more get RESOURCE_EXHAUSTED",
+        "calls in flight per process, on each surface; more get RESOURCE_EXHAUSTED (HTTP 429)",
         1,
     ),
     Setting(
@@ -46,7 +61,7 @@ SETTINGS = [
         int,
         16 * 1024 * 1024,
         "CONTEXTSHIFT_MAX_REQUEST_BYTES",
-        "largest request message; larger get RESOURCE_EXHAUSTED",
+        "largest request message or HTTP body; larger get RESOURCE_EXHAUSTED (HTTP 413)",
         1024,
     ),
     Setting(
@@ -67,7 +82,7 @@ SETTINGS = [
         float,
         1.0,
         "CONTEXTSHIFT_DRAIN_SECONDS",
-        "on SIGTERM: time between health NOT_SERVING and refusing new calls",
+        "on SIGTERM: time between health NOT_SERVING (and /readyz 503) and refusing new calls",
         0,
     ),
     Setting(
@@ -96,6 +111,36 @@ SETTINGS = [
         0,
     ),
     Setting(
+        "tls_cert",
+        str,
+        None,
+        "CONTEXTSHIFT_TLS_CERT",
+        "PEM certificate (chain) file: serve gRPC and HTTP over TLS only (with tls_key)",
+    ),
+    Setting("tls_key", str, None, "CONTEXTSHIFT_TLS_KEY", "PEM private key file of tls_cert"),
+    Setting(
+        "tls_client_ca",
+        str,
+        None,
+        "CONTEXTSHIFT_TLS_CLIENT_CA",
+        "PEM file of the CAs that sign client certificates: every client must present one (mutual TLS)",
+    ),
+    Setting(
+        "api_keys_file",
+        str,
+        None,
+        "CONTEXTSHIFT_API_KEYS_FILE",
+        "file of API keys, each owned by a tenant: lines `tenant:key`, or TOML `[tenants]` with "
+        '`name = "key"` or a list of keys; with keys, every call but health needs one',
+    ),
+    Setting(
+        "api_keys",
+        str,
+        None,
+        "CONTEXTSHIFT_API_KEYS",
+        "API keys as `tenant:key,tenant:key` (added to api_keys_file's)",
+    ),
+    Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
     ),
 ]
@@ -107,6 +152,7 @@ class ServerConfig:
 
     host: str
     port: int
+    http_port: int
     workers: int
     max_concurrent_rpcs: int
     max_request_bytes: int
@@ -117,6 +163,11 @@ class ServerConfig:
     log_level: str
     context_size: int | None
     max_output_tokens: int | None
+    tls_cert: str | None
+    tls_key: str | None
+    tls_client_ca: str | None
+    api_keys_file: str | None
+    api_keys: str | None
     bench_echo: bool
 
 
@@ -129,7 +180,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help=f"TOML file with settings (env {CONFIG_ENV})")
     for s in SETTINGS:
         if s.kind is bool:
-            parser.add_argument(s.flag, action=argparse.BooleanOptionalAction, default=None, help=s.help)
+            parser.add_argument(
+                s.flag, action=argparse.BooleanOptionalAction, default=None, help=f"{s.help} (env {s.env})"
+            )
         else:
             parser.add_argument(s.flag, default=None, help=f"{s.help} (env {s.env})")
 
@@ -182,4 +235,9 @@ def load(
             values[s.name] = _convert(s, file_values[s.name], f"{path}: {s.name}")
         else:
             values[s.name] = s.default
-    return ServerConfig(**values)
+    settings = ServerConfig(**values)
+    if (settings.tls_cert is None) != (settings.tls_key is None):
+        raise ConfigError("tls_cert and tls_key: set both or neither")
+    if settings.tls_client_ca is not None and settings.tls_cert is None:
+        raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
+    return settings

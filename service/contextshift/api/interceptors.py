@@ -1,6 +1,7 @@
-"""Every unary call goes through here: library errors become statuses with details, bugs become
-INTERNAL with a log line (never a hung call), and each call is logged as one structured line
-(method, status, duration, blocks, tokens; never message content)."""
+"""Every unary call goes through here: the caller's API key is checked (see `auth`), library errors
+become statuses with details, bugs become INTERNAL with a log line (never a hung call), and each call
+is logged as one structured line (method, status, duration, blocks, tokens; never message content)
+and counted in the metrics. The HTTP surface (`api.http`) ends its calls the same way."""
 
 from __future__ import annotations
 
@@ -16,9 +17,15 @@ from typing import Any, cast
 import grpc
 from grpc import aio
 
+from contextshift.api import metrics
+from contextshift.api.auth import ApiKeys, authenticate, current_tenant
 from contextshift.api.errors import internal, status_for
+from contextshift.errors import TokenBudgetExceeded
 
 log = logging.getLogger("contextshift.api")
+
+# Services any caller may use without a key: load balancers and tools probe these.
+PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
 @dataclass
@@ -61,6 +68,38 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False)
 
 
+def error_status(error: Exception, method: str) -> grpc.Status:
+    """The status a call that raised `error` answers with: a bug is logged and becomes INTERNAL."""
+    if isinstance(error, TokenBudgetExceeded):
+        metrics.record_budget_exceeded(method)
+    status = status_for(error)
+    if status is None:
+        log.exception("unexpected error", extra={"fields": {"method": method}})
+        status = internal(f"internal error ({type(error).__name__}); see the server log")
+    return status
+
+
+def end_call(surface: str, method: str, status: str, start: float, stats: CallStats) -> None:
+    """The log line and the metrics of a call answered with `status`."""
+    seconds = time.perf_counter() - start
+    fields: dict[str, Any] = {"method": method, "status": status, "duration_ms": round(seconds * 1e3, 3)}
+    if stats.blocks is not None:
+        fields["blocks"] = stats.blocks
+    if stats.tokens is not None:
+        fields["tokens"] = stats.tokens
+    if current_tenant():
+        fields["tenant"] = current_tenant()
+    log.info("rpc" if surface == "grpc" else surface, extra={"fields": fields})
+    metrics.record_call(surface, method, status, seconds, blocks=stats.blocks, tokens=stats.tokens)
+
+
+def _authorization(context: aio.ServicerContext[Any, Any]) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode()
+    return None
+
+
 Behavior = Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
@@ -68,7 +107,8 @@ DEADLINE_SLACK_SECONDS = 0.1
 
 
 class ErrorsAndLogging(aio.ServerInterceptor):
-    def __init__(self) -> None:
+    def __init__(self, keys: ApiKeys | None = None) -> None:
+        self._keys = keys
         # A method's handler is fixed once the server runs: wrap it once, not on every call.
         self._wrapped: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
 
@@ -94,11 +134,15 @@ class ErrorsAndLogging(aio.ServerInterceptor):
         return wrapped
 
     def _wrap(self, method: str, behavior: Behavior) -> Behavior:
+        needs_key = not method.startswith(PUBLIC_SERVICES)
+
         async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
             stats = begin_call_stats()
             start = time.perf_counter()
             code = grpc.StatusCode.OK
             try:
+                if needs_key:
+                    authenticate(self._keys, _authorization(context))
                 return await behavior(request, context)
             except asyncio.CancelledError:
                 # The client cancelled, or its deadline passed. The client's stream reset can
@@ -112,23 +156,11 @@ class ErrorsAndLogging(aio.ServerInterceptor):
                 code = context.code() or grpc.StatusCode.UNKNOWN
                 raise
             except Exception as error:
-                status = status_for(error)
-                if status is None:
-                    log.exception("unexpected error", extra={"fields": {"method": method}})
-                    status = internal(f"internal error ({type(error).__name__}); see the server log")
+                status = error_status(error, method)
                 code = status.code
                 await context.abort_with_status(status)
                 raise  # not reached: abort_with_status raises
             finally:
-                fields: dict[str, Any] = {
-                    "method": method,
-                    "status": code.name,
-                    "duration_ms": round((time.perf_counter() - start) * 1e3, 3),
-                }
-                if stats.blocks is not None:
-                    fields["blocks"] = stats.blocks
-                if stats.tokens is not None:
-                    fields["tokens"] = stats.tokens
-                log.info("rpc", extra={"fields": fields})
+                end_call("grpc", method, code.name, start, stats)
 
         return call

@@ -1,11 +1,15 @@
-"""`contextshift serve`: the grpc.aio server, its worker processes and its graceful stop.
+"""`contextshift serve`: the grpc.aio server and, in the same event loop, the HTTP/JSON surface
+(uvicorn), their worker processes and their graceful stop.
 
 One process: SO_REUSEPORT is off, so a port already in use fails loudly. N processes: the parent
-reserves the port with SO_REUSEPORT, forks N children (no gRPC object exists before the fork), and
-each child serves on the same port; the kernel spreads connections across them.
+reserves both ports with SO_REUSEPORT, forks N children (no gRPC object exists before the fork),
+and each child serves on the same ports; the kernel spreads connections across them. The parent
+reads the API keys and TLS files first, so a bad one stops the start with a usage error, and owns
+the directory where the workers' metrics meet (`metrics.use_directory`).
 
-On SIGTERM (or SIGINT) a child sets health to NOT_SERVING so balancers stop sending, waits
-`drain_seconds`, then stops accepting calls and gives in-flight ones `grace_seconds` to finish.
+On SIGTERM (or SIGINT) a child sets health to NOT_SERVING (and /readyz to 503) so balancers stop
+sending, waits `drain_seconds`, then stops accepting calls and gives in-flight ones `grace_seconds`
+to finish.
 """
 
 from __future__ import annotations
@@ -13,22 +17,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
+import shutil
 import signal
 import socket
+import ssl
 import sys
+import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import uvicorn
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from starlette.applications import Starlette
 
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2
+from contextshift.api import metrics, tls
+from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
+from contextshift.api.http import HttpApi
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
 
@@ -47,6 +60,43 @@ def setup_logging(level: str) -> None:
     logger.propagate = False
 
 
+@dataclass(frozen=True)
+class Security:
+    """The API keys and TLS material every worker serves with, read once before the workers start."""
+
+    keys: ApiKeys | None
+    tls: tls.Tls | None
+
+    @classmethod
+    def load(cls, config: ServerConfig) -> Security:
+        """Raises ConfigError for a file that cannot be read or a malformed key or certificate."""
+        return cls(load_keys(config.api_keys_file, config.api_keys), tls.load(config))
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without signal handlers of its own: the gRPC server's stop stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
+    """The HTTP listening socket, shared by the workers through SO_REUSEPORT as gRPC's is."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
 @dataclass
 class Server:
     """A started server and what its stop needs."""
@@ -55,21 +105,62 @@ class Server:
     health: health.aio.HealthServicer
     executor: ThreadPoolExecutor
     port: int
+    http_api: HttpApi
+    http: uvicorn.Server
+    http_task: asyncio.Task[None]
+    http_port: int
 
     async def stop(self, config: ServerConfig) -> None:
         """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period."""
         log.info("draining", extra={"fields": {"drain_seconds": config.drain_seconds}})
+        self.http_api.ready = False
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(config.drain_seconds)
-        await self.server.stop(config.grace_seconds)
+        self.http.should_exit = True  # uvicorn then waits up to grace_seconds for calls in flight
+        await asyncio.gather(self.server.stop(config.grace_seconds), self.http_task)
         self.executor.shutdown(wait=False, cancel_futures=True)
         log.info("stopped")
 
 
-async def start(config: ServerConfig, port: int) -> Server:
-    """Build, bind and start a server; it serves until `Server.stop`."""
+async def _start_http(
+    app: Starlette, config: ServerConfig, sock: socket.socket, security: Security
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    tls_files = security.tls
+    http = _Uvicorn(
+        uvicorn.Config(
+            app,
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_config=None,
+            access_log=False,  # each call is logged by `interceptors.end_call`
+            server_header=False,
+            timeout_graceful_shutdown=math.ceil(config.grace_seconds),  # uvicorn takes whole seconds
+            ssl_certfile=tls_files.cert_file if tls_files else None,
+            ssl_keyfile=tls_files.key_file if tls_files else None,
+            ssl_ca_certs=tls_files.client_ca_file if tls_files else None,
+            ssl_cert_reqs=tls_files.client_cert_reqs if tls_files else ssl.CERT_NONE,
+        )
+    )
+    task = asyncio.create_task(http.serve(sockets=[sock]))
+    while not http.started:  # serve() has no hook for "listening"
+        if task.done():
+            task.result()  # raises why it stopped
+            raise RuntimeError("the HTTP server stopped while starting")
+        await asyncio.sleep(0.005)
+    return http, task
+
+
+async def start(
+    config: ServerConfig, port: int, http_port: int | None = None, security: Security | None = None
+) -> Server:
+    """Build, bind and start a server; it serves until `Server.stop`. `http_port` defaults to the
+    config's, `security` to what the config's files say."""
+    security = security or Security.load(config)
+    # Bound first: a taken HTTP port fails before anything else runs.
+    http_sock = _listen(config.host, config.http_port if http_port is None else http_port, config.workers > 1)
     server = aio.server(
-        interceptors=[ErrorsAndLogging()],
+        interceptors=[ErrorsAndLogging(security.keys)],
         options=[
             ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
             ("grpc.max_receive_message_length", config.max_request_bytes),
@@ -78,9 +169,8 @@ async def start(config: ServerConfig, port: int) -> Server:
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    add_context_service(
-        ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes), server
-    )
+    servicer = ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes)
+    add_context_service(servicer, server)
     services = [SERVICE]
     if config.bench_echo:
         add_echo_service(server)
@@ -89,17 +179,46 @@ async def start(config: ServerConfig, port: int) -> Server:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
 
-    bound = server.add_insecure_port(f"{config.host}:{port}")
+    api = HttpApi(
+        servicer,
+        keys=security.keys,
+        max_request_bytes=config.max_request_bytes,
+        max_concurrent_calls=config.max_concurrent_rpcs,
+    )
+    app = api.app()
+
+    address = f"{config.host}:{port}"
+    if security.tls is None:
+        bound = server.add_insecure_port(address)
+    else:
+        bound = server.add_secure_port(address, security.tls.grpc_credentials())
     await server.start()
+    try:
+        http, http_task = await _start_http(app, config, http_sock, security)
+    except BaseException:
+        await server.stop(None)
+        raise
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving", extra={"fields": {"host": config.host, "port": bound}})
-    return Server(server, health_servicer, executor, bound)
+    log.info(
+        "serving",
+        extra={
+            "fields": {
+                "host": config.host,
+                "port": bound,
+                "http_port": http_sock.getsockname()[1],
+                "tls": "mutual" if security.tls and security.tls.client_ca else bool(security.tls),
+                "api_keys": len(security.keys or ()),
+                "metrics_dir": metrics.directory(),
+            }
+        },
+    )
+    return Server(server, health_servicer, executor, bound, api, http, http_task, http_sock.getsockname()[1])
 
 
-async def serve(config: ServerConfig, port: int) -> None:
+async def serve(config: ServerConfig, port: int, http_port: int, security: Security) -> None:
     """Serve until SIGTERM/SIGINT, then drain and stop."""
-    running = await start(config, port)
+    running = await start(config, port, http_port, security)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -108,11 +227,12 @@ async def serve(config: ServerConfig, port: int) -> None:
     await running.stop(config)
 
 
-def _serve_process(config: ServerConfig, port: int) -> int:
+def _serve_process(config: ServerConfig, port: int, http_port: int, security: Security) -> int:
     try:
-        asyncio.run(serve(config, port))
-    except RuntimeError as e:  # grpc's "Failed to bind": the port is taken or the host is wrong
-        log.error("cannot serve", extra={"fields": {"host": config.host, "port": port, "error": str(e)}})
+        asyncio.run(serve(config, port, http_port, security))
+    except (RuntimeError, OSError) as e:  # grpc's "Failed to bind", or the HTTP port's bind
+        fields = {"host": config.host, "port": port, "http_port": http_port, "error": str(e)}
+        log.error("cannot serve", extra={"fields": fields})
         return 1
     return 0
 
@@ -128,13 +248,16 @@ def _reserved_port(host: str, port: int) -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _run_workers(config: ServerConfig) -> int:
-    with _reserved_port(config.host, config.port) as port:
+def _run_workers(config: ServerConfig, security: Security) -> int:
+    with (
+        _reserved_port(config.host, config.port) as port,
+        _reserved_port(config.host, config.http_port) as http_port,
+    ):
         children: list[int] = []
         for _ in range(config.workers):
             pid = os.fork()
             if pid == 0:
-                code = _serve_process(config, port)
+                code = _serve_process(config, port, http_port, security)
                 logging.shutdown()
                 os._exit(code)
             children.append(pid)
@@ -146,11 +269,14 @@ def _run_workers(config: ServerConfig) -> int:
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
-        log.info("workers started", extra={"fields": {"port": port, "workers": children}})
+        log.info(
+            "workers started", extra={"fields": {"port": port, "http_port": http_port, "workers": children}}
+        )
         failed = False
         while children:
             pid, status = os.wait()
             children.remove(pid)
+            metrics.worker_exited(pid)
             if os.waitstatus_to_exitcode(status) != 0 and not failed:
                 # A worker died: stop the rest so a supervisor sees the failure and restarts us.
                 failed = True
@@ -159,9 +285,23 @@ def _run_workers(config: ServerConfig) -> int:
         return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def _metrics_directory() -> Iterator[None]:
+    """A fresh directory of this server's own for the workers' metrics, removed at the end."""
+    path = tempfile.mkdtemp(prefix="contextshift-metrics-")
+    metrics.use_directory(path)
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def run(config: ServerConfig) -> int:
-    """Serve with `config`; the process exit code."""
+    """Serve with `config`; the process exit code. Raises ConfigError for unreadable or malformed
+    key and TLS files."""
     setup_logging(config.log_level)
-    if config.workers > 1:
-        return _run_workers(config)
-    return _serve_process(config, config.port)
+    security = Security.load(config)
+    with _metrics_directory():
+        if config.workers > 1:
+            return _run_workers(config, security)
+        return _serve_process(config, config.port, config.http_port, security)

@@ -24,7 +24,8 @@ from grpc import aio
 from contextshift import calibration, engine, plugins
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import convert
+from contextshift.api import convert, metrics
+from contextshift.api.auth import current_tenant
 from contextshift.api.errors import RequestError
 from contextshift.api.interceptors import call_stats
 from contextshift.errors import FieldViolation
@@ -78,24 +79,25 @@ class Generation:
 
 
 class Generations:
-    """The last `capacity` ShiftContext generations of this process, by id (least recently
-    recorded out first). Thread-safe."""
+    """The last `capacity` ShiftContext generations of this process, by tenant and id (least
+    recently recorded out first): a tenant finds only its own. Thread-safe."""
 
     def __init__(self, capacity: int = MAX_GENERATIONS) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._items: OrderedDict[str, Generation] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Generation] = OrderedDict()
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._items)
 
-    def add(self, generation_id: str, generation: Generation) -> None:
+    def add(self, tenant: str, generation_id: str, generation: Generation) -> None:
+        key = (tenant, generation_id)
         with self._lock:
-            self._items.pop(generation_id, None)  # a reused id starts over
-            self._items[generation_id] = generation
+            self._items.pop(key, None)  # a reused id starts over
+            self._items[key] = generation
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
 
@@ -103,12 +105,12 @@ class Generations:
     def capacity(self) -> int:
         return self._capacity
 
-    def finish(self, generation_id: str, *, report: bool) -> Generation | None:
+    def finish(self, tenant: str, generation_id: str, *, report: bool) -> Generation | None:
         """The generation as it was before this call (None when unknown); with `report`, it is
         marked reported in the same step, so of concurrent or retried reports one sees
         `reported=False`."""
         with self._lock:
-            generation = self._items.get(generation_id)
+            generation = self._items.get((tenant, generation_id))
             if generation is None:
                 return None
             before = replace(generation)
@@ -185,6 +187,7 @@ class ContextShiftServicer:
         stats = call_stats()
         stats.blocks = shifted.blocks
         stats.tokens = shifted.result.prompt_tokens
+        metrics.record_shift(shifted.result.strategy, shifted.result.diagnostics)
         return shifted
 
     async def ShiftContext(self, request: bytes, context: Context) -> bytes:
@@ -195,7 +198,9 @@ class ContextShiftServicer:
         # Remembered for FinishGeneration's calibration (PreviewContext writes nothing).
         result = shifted.result
         self._generations.add(
-            generation_id, Generation(result.model or "", result.prompt_tokens, result.approximate)
+            current_tenant(),
+            generation_id,
+            Generation(result.model or "", result.prompt_tokens, result.approximate),
         )
         head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
         return engine.encode_pieces([head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
@@ -238,7 +243,9 @@ class ContextShiftServicer:
                 violations,
             )
         reported = request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None
-        generation = self._generations.finish(request.generation_id, report=reported is not None)
+        generation = self._generations.finish(
+            current_tenant(), request.generation_id, report=reported is not None
+        )
         if generation is None:
             raise RequestError(
                 grpc.StatusCode.NOT_FOUND,
@@ -290,13 +297,14 @@ def add_service(
     server.add_registered_method_handlers(service.full_name, handlers)
 
 
+# ShiftContext and PreviewContext take and return encoded messages: `convert` takes the request's
+# `blocks_json` out as bytes and builds the reply's encoding around the kept blocks' bytes, so the
+# JSON is never decoded into a Python str, re-encoded, or copied through a parsed reply message.
+ENCODED_METHODS = frozenset({"ShiftContext", "PreviewContext"})
+
+
 def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> None:
-    # ShiftContext and PreviewContext take and return encoded messages: `convert` takes the
-    # request's `blocks_json` out as bytes and builds the reply's encoding around the kept blocks'
-    # bytes, so the JSON is never decoded into a Python str, re-encoded, or copied through a
-    # parsed reply message.
-    encoded = {"ShiftContext", "PreviewContext"}
-    add_service(server, servicer, pb.DESCRIPTOR.services_by_name["ContextShiftService"], encoded)
+    add_service(server, servicer, pb.DESCRIPTOR.services_by_name["ContextShiftService"], ENCODED_METHODS)
 
 
 class EchoServicer:

@@ -1,0 +1,189 @@
+"""Prometheus metrics of the server, correct across worker processes.
+
+`contextshift serve` keeps prometheus_client's multiprocess files in a temporary directory of its
+own (`use_directory`, before any worker starts; removed when the server exits), every worker
+writes its samples there, and `/metrics` on any worker reads them all. When a worker exits its
+live-only gauges are dropped (`worker_exited`).
+
+Labels carry only names the server defines or registers (surface, RPC or route template, status,
+strategy, diagnostic event, store operation), never message content, chat ids or tenants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TypeVar
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+from contextshift import profiles
+from contextshift.diagnostics import Diagnostic
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
+
+# Latency from a fraction of a millisecond (a small shift inline) to seconds (a first tokenizer load).
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+REQUESTS = Counter(
+    "contextshift_requests",
+    "Calls answered, by surface (grpc, http), RPC or route, and status (gRPC code name or HTTP status).",
+    ["surface", "method", "status"],
+)
+LATENCY = Histogram(
+    "contextshift_request_duration_seconds",
+    "Time from a call's start to its answer, by surface and RPC or route.",
+    ["surface", "method"],
+    buckets=_LATENCY_BUCKETS,
+)
+BLOCKS = Counter("contextshift_blocks", "Blocks shifted or counted, by RPC.", ["method"])
+TOKENS = Counter(
+    "contextshift_tokens",
+    "Tokens processed, by RPC: the prompt tokens of each shift, the total of each count.",
+    ["method"],
+)
+SHIFTS = Counter("contextshift_shifts", "Successful shifts and previews, by strategy.", ["strategy"])
+SHIFT_EVENTS = Counter(
+    "contextshift_shift_events",
+    "Diagnostics of shifts by event, e.g. FALLBACK_TO_TRUNCATE, PLAN_REJECTED (ContextPlan.diagnostics).",
+    ["event"],
+)
+BUDGET_EXCEEDED = Counter(
+    "contextshift_budget_exceeded",
+    "Shifts refused with TOKEN_BUDGET_EXCEEDED (protected blocks alone over the budget), by RPC.",
+    ["method"],
+)
+COUNT_CACHE_LOOKUPS = Counter(
+    "contextshift_count_cache_lookups",
+    "Lookups in the token count cache, by result (hit, miss); the hit ratio is hit / (hit + miss).",
+    ["result"],
+)
+COUNT_CACHE_HIT_RATIO = Gauge(
+    "contextshift_count_cache_hit_ratio",
+    "Hit ratio of each live worker's token count cache since the worker started.",
+    ["cache"],
+    multiprocess_mode="liveall",
+)
+STORE_LATENCY = Histogram(
+    "contextshift_store_operation_duration_seconds",
+    "Time the audit store takes per operation (e.g. put_audit, get_audit, delete_chat), observed by "
+    "the store through `observe_store`.",
+    ["operation"],
+    buckets=_LATENCY_BUCKETS,
+)
+
+
+@dataclass
+class _State:
+    directory: str | None = None  # the multiprocess files, once `use_directory` was called
+    # The process's count cache counters as last seen, so each call adds only what is new.
+    cache_hits: int = 0
+    cache_misses: int = 0
+
+
+_state = _State()
+
+
+def use_directory(path: str) -> None:
+    """Every metric written from now on, in this process and the workers it forks, goes to the
+    multiprocess files in `path` (an empty directory). Call before any sample is written."""
+    # What prometheus_client chooses at import when PROMETHEUS_MULTIPROC_DIR is set; the server
+    # makes its directory after the import, so it chooses here (its files are then made in the
+    # directory the variable names).
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+    _state.directory = path
+    _child.cache_clear()  # children made before hold values of the other kind
+
+
+def directory() -> str | None:
+    """Where the workers' metrics meet (None when not serving through `contextshift serve`)."""
+    return _state.directory
+
+
+def worker_exited(pid: int) -> None:
+    """Drops the live-only gauges of a worker that exited."""
+    if _state.directory is not None:
+        multiprocess.mark_process_dead(pid, _state.directory)  # type: ignore[no-untyped-call]
+
+
+def render() -> bytes:
+    """The text exposition of every worker's metrics (or of this process's, without a directory)."""
+    if _state.directory is None:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=_state.directory)  # type: ignore[no-untyped-call]
+    return generate_latest(registry)
+
+
+def _added(now: int, before: int) -> int:
+    return now - before if now >= before else now  # the cache was cleared and counts again from 0
+
+
+M = TypeVar("M", Counter, Gauge, Histogram)
+
+
+@functools.lru_cache(maxsize=4096)  # label values are few: RPCs, routes, statuses, strategies, events
+def _child(metric: M, *labels: str) -> M:
+    """`metric.labels(*labels)`, looked up once: the lookup costs as much as the increment."""
+    return metric.labels(*labels)
+
+
+def record_call(
+    surface: str,
+    method: str,
+    status: str,
+    seconds: float,
+    *,
+    blocks: int | None,
+    tokens: int | None,
+) -> None:
+    """One call answered."""
+    _child(REQUESTS, surface, method, status).inc()
+    _child(LATENCY, surface, method).observe(seconds)
+    if blocks is not None:
+        _child(BLOCKS, method).inc(blocks)
+    if tokens is not None:
+        _child(TOKENS, method).inc(tokens)
+    stats = profiles.cache_stats()
+    if (stats.hits, stats.misses) != (_state.cache_hits, _state.cache_misses):
+        _child(COUNT_CACHE_LOOKUPS, "hit").inc(_added(stats.hits, _state.cache_hits))
+        _child(COUNT_CACHE_LOOKUPS, "miss").inc(_added(stats.misses, _state.cache_misses))
+        _state.cache_hits, _state.cache_misses = stats.hits, stats.misses
+        _child(COUNT_CACHE_HIT_RATIO, "count").set(stats.hit_ratio)
+
+
+def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
+    """A successful shift or preview."""
+    _child(SHIFTS, strategy).inc()
+    for diagnostic in diagnostics:
+        _child(SHIFT_EVENTS, diagnostic.event).inc()
+
+
+def record_budget_exceeded(method: str) -> None:
+    _child(BUDGET_EXCEEDED, method).inc()
+
+
+@contextlib.contextmanager
+def observe_store(operation: str) -> Iterator[None]:
+    """Times one audit store operation into contextshift_store_operation_duration_seconds:
+    `with metrics.observe_store("get_audit"): ...`."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        STORE_LATENCY.labels(operation).observe(time.perf_counter() - start)

@@ -1,0 +1,243 @@
+"""The CLI as a user runs it: a real process on the shipped example, here and against a real server,
+piped and in a pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from contextshift.api import config
+
+from .conftest import ServerProcess, start_server
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-chat.json"
+
+
+def run(
+    *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "contextshift", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        input=stdin,
+        env=None if env is None else os.environ | env,
+    )
+
+
+def in_terminal(*args: str, timeout: float = 60) -> tuple[int, str]:
+    """Runs the CLI with stdout and stderr on a pseudo-terminal; its exit code and what it wrote."""
+    leader, follower = pty.openpty()
+    env = os.environ | {"TERM": "xterm-256color", "COLUMNS": "200"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "contextshift", *args],
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        ready, _, _ = select.select([leader], [], [], timeout)
+        if not ready:
+            proc.kill()
+            raise AssertionError("no output from the CLI in time")
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return proc.wait(timeout), b"".join(chunks).decode(errors="replace")
+
+
+def table_rows(stdout: str) -> dict[str, list[str]]:
+    """Rows of a decision table by block id: #, id, role, kind, tokens, decision, reason, text..."""
+    rows: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        cells = line.split()
+        if (
+            len(cells) >= 7
+            and cells[0].isdigit()
+            and cells[5] in {"kept", "excluded", "truncated", "summary"}
+        ):
+            rows[cells[1]] = cells
+    return rows
+
+
+def test_preview_prints_every_block_with_its_decision() -> None:
+    proc = run("preview", str(EXAMPLE), "--budget", "300")
+    assert proc.returncode == 0, proc.stderr
+    rows = table_rows(proc.stdout)
+    assert list(rows) == [block["id"] for block in json.loads(EXAMPLE.read_text(encoding="utf-8"))]
+    assert rows["sys"][2:7] == ["system", "-", "34", "kept", "PROTECTED_SYSTEM"]
+    assert rows["lore-returns"][3:7] == ["lorebook", "23", "kept", "MANDATORY"]
+    assert rows["u1"][5:7] == ["excluded", "BUDGET_OLDEST_FIRST"]
+    assert rows["t1"][5:7] == ["excluded", "TOOL_GROUP"]  # went with its call a1
+    assert rows["t2"][5:7] == ["excluded", "TOOL_GROUP"]  # the parallel call's result, further on
+    assert rows["t-stale"][5:7] == ["excluded", "ORPHAN_TOOL_RESULT"]
+    assert rows["u3"][5:7] == ["kept", "PINNED"]  # the current input
+    assert (
+        "7 kept, 6 excluded, 0 truncated; prompt 224 of 300 tokens, profile heuristic (approximate)"
+        in proc.stdout
+    )
+    assert "\x1b[" not in proc.stdout  # piped: no colour
+
+
+def test_preview_reads_stdin() -> None:
+    proc = run("preview", "-", "--budget", "300", stdin=EXAMPLE.read_text(encoding="utf-8"))
+    assert proc.returncode == 0, proc.stderr
+    assert table_rows(proc.stdout) == table_rows(run("preview", str(EXAMPLE), "--budget", "300").stdout)
+
+
+def test_preview_json_matches_the_library() -> None:
+    import contextshift
+
+    proc = run("preview", str(EXAMPLE), "--budget", "300", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    lib = contextshift.shift_context(blocks, budget=300)
+    assert [(d["id"], d["tokens"], d["reason"]) for d in out["kept"]] == [
+        (d.id, d.tokens, d.reason) for d in lib.kept
+    ]
+    assert out["messages"] == lib.messages
+
+
+def test_preview_reports_budget_exceeded_with_exit_code() -> None:
+    proc = run("preview", str(EXAMPLE), "--budget", "20")
+    assert proc.returncode == 3
+    assert "TOKEN_BUDGET_EXCEEDED" in proc.stderr
+
+
+def test_preview_reports_invalid_blocks_by_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}, {"role": "robot"}]}))
+    proc = run("preview", str(bad), "--budget", "100")
+    assert proc.returncode == 2
+    assert "blocks[1].role" in proc.stderr
+    proc = run("preview", str(EXAMPLE), "--strategy", "nope")
+    assert proc.returncode == 2 and "error: strategy: unknown strategy 'nope'" in proc.stderr
+
+
+def test_anthropic_body_system_string_becomes_a_block(tmp_path: Path) -> None:
+    body = tmp_path / "anthropic.json"
+    body.write_text(json.dumps({"system": "Be brief.", "messages": [{"role": "user", "content": "hi"}]}))
+    proc = run("preview", str(body), "--budget", "100", "--json")
+    assert [d["reason"] for d in json.loads(proc.stdout)["kept"]] == ["PROTECTED_SYSTEM", "PINNED"]
+
+
+def test_count_files_and_stdin() -> None:
+    text = EXAMPLE.read_text(encoding="utf-8")
+    proc = run("count", str(EXAMPLE), "-", "--profile", "o200k_base", stdin=text)
+    assert proc.returncode == 0, proc.stderr
+    import contextshift
+
+    expected = contextshift.count_tokens(json.loads(text), "o200k_base")
+    assert f"{EXAMPLE}: 13 blocks, {sum(expected)} tokens" in proc.stdout
+    assert f"-: 13 blocks, {sum(expected)} tokens" in proc.stdout
+    assert f"total {2 * sum(expected)} tokens, profile o200k_base" in proc.stdout
+    as_json = json.loads(run("count", str(EXAMPLE), "--model", "gpt-4o", "--json").stdout)
+    assert as_json == {"profile": "o200k_base", "files": {str(EXAMPLE): expected}}
+    proc = run("count", "--text", "abcde")
+    assert proc.returncode == 0
+    assert "total 2 tokens, profile heuristic" in proc.stdout
+    assert run("count").returncode == 2 and run("count", str(EXAMPLE), "--text", "x").returncode == 2
+
+
+# --- against a server -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    running = start_server(tmp_path_factory.mktemp("cli"))
+    yield running
+    assert running.terminate() == 0
+
+
+def test_preview_on_a_server_shows_what_the_local_engine_shows(served: ServerProcess) -> None:
+    local = run("preview", str(EXAMPLE), "--budget", "300")
+    remote = run("preview", str(EXAMPLE), "--budget", "300", "--server", served.address)
+    assert remote.returncode == 0, remote.stderr
+    assert table_rows(remote.stdout) == table_rows(local.stdout)
+    assert "prompt 224 of 300 tokens" in remote.stdout
+    # Without window flags the server's defaults apply: gpt-4o's window from its registry.
+    by_model = run("preview", str(EXAMPLE), "--server", served.address, "--model", "gpt-4o")
+    assert "profile o200k_base" in by_model.stdout and "of 111616 tokens" in by_model.stdout
+    exceeded = run("preview", str(EXAMPLE), "--budget", "20", "--server", served.address)
+    assert exceeded.returncode == 3 and "TOKEN_BUDGET_EXCEEDED" in exceeded.stderr
+
+
+def test_audit_says_clearly_that_the_server_keeps_none_yet(served: ServerProcess) -> None:
+    proc = run("audit", "chat-1", "--server", served.address)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith(
+        "error: the server cannot show audits yet: GetContextAudit needs the audit store"
+    )
+    assert proc.stdout == ""
+    assert run("audit", "chat-1").returncode == 2  # --server is required
+
+
+def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:
+    proc = run("preview", str(EXAMPLE), "--server", "127.0.0.1:1")
+    assert proc.returncode == 1 and "error: UNAVAILABLE" in proc.stderr
+
+
+def test_api_key_from_the_flag_or_the_environment(tmp_path: Path) -> None:
+    key = "cli-test-key-0123456789"
+    running = start_server(tmp_path, "--api-keys", f"cli:{key}")
+    try:
+        refused = run("preview", str(EXAMPLE), "--server", running.address, env={"CONTEXTSHIFT_API_KEY": ""})
+        assert refused.returncode == 1 and "(give --api-key or $CONTEXTSHIFT_API_KEY)" in refused.stderr
+        assert run("preview", str(EXAMPLE), "--server", running.address, "--api-key", key).returncode == 0
+        env = {"CONTEXTSHIFT_API_KEY": key}
+        assert run("preview", str(EXAMPLE), "--server", running.address, env=env).returncode == 0
+        audit = run("audit", "c", "--server", running.address, env=env)
+        assert "the server cannot show audits yet" in audit.stderr  # the key passed, the store is missing
+    finally:
+        assert running.terminate() == 0
+
+
+# --- terminal, progress, help -----------------------------------------------------------------
+
+
+def test_colour_in_a_terminal() -> None:
+    code, output = in_terminal("preview", str(EXAMPLE), "--budget", "300")
+    assert code == 0
+    assert "\x1b[32m" in output and "\x1b[31m" in output  # kept rows green, excluded red
+    assert "PROTECTED_SYSTEM" in output
+
+
+def test_progress_on_a_large_input_in_a_terminal(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    block = {"role": "user", "content": "lorem ipsum dolor sit amet " * 40}
+    big.write_text(json.dumps([block] * 9_000))  # over 8 MiB
+    assert big.stat().st_size > 8 * 1024 * 1024
+    code, output = in_terminal("count", str(big), "--json")
+    assert code == 0
+    assert "counting" in output and "9000/9000" in output
+    piped = run("count", str(big), "--json")
+    assert "counting" not in piped.stdout + piped.stderr
+
+
+def test_serve_help_documents_every_setting() -> None:
+    proc = run("serve", "--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for setting in config.SETTINGS:
+        assert setting.flag in text and f"(env {setting.env})" in text, setting.name
+    assert "--config" in text and "CONTEXTSHIFT_CONFIG" in text

@@ -1,0 +1,340 @@
+"""The HTTP/JSON surface over a real socket, against the real server: every route, the same
+answers and error codes as gRPC, the OpenAPI document, limits, draining and two workers."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from google.protobuf import json_format
+from openapi_spec_validator import validate
+from starlette.routing import Mount, Route
+
+from contextshift import profiles
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
+from contextshift.api.convert import BudgetDefaults
+from contextshift.api.http import OPERATIONS, HttpApi
+from contextshift.api.servicer import ContextShiftServicer
+
+from .conftest import Gate, ServerProcess, start_server
+from .test_grpc_service import AS_JSON, TYPED
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-chat.json"
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.http_url, timeout=30) as client:
+        yield client
+
+
+def grpc_json(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+
+
+def error_of(response: httpx.Response, http_status: int, grpc_status: str) -> dict[str, Any]:
+    assert response.status_code == http_status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error: dict[str, Any] = response.json()["error"]
+    assert (error["code"], error["status"]) == (http_status, grpc_status)
+    return error
+
+
+# --- the RPC routes ---------------------------------------------------------------------------
+
+
+def test_preview_answers_what_grpc_answers_in_every_spelling(
+    http: httpx.Client, channel: grpc.Channel
+) -> None:
+    stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    text = json.dumps(AS_JSON)
+    expected = grpc_json(
+        stub.PreviewContext(
+            pb.PreviewContextRequest(blocks_json=text, context_limit=1200, response_reserve=200), timeout=10
+        )
+    )
+    bodies = [
+        {"blocksJson": text, "contextLimit": 1200, "responseReserve": 200},
+        {"blocks_json": text, "context_limit": "1200", "response_reserve": 200},  # names of the .proto
+        {"blocksJson": AS_JSON, "contextLimit": 1200, "responseReserve": 200},  # the array itself
+    ]
+    for body in bodies:
+        response = http.post("/api/v2/context-preview", json=body)
+        assert response.status_code == 200, response.text
+        assert response.json() == expected
+    assert expected["plan"]["excluded"], "the budget must make the shift drop something"
+
+
+def test_typed_blocks_in_the_json_mapping(http: httpx.Client, channel: grpc.Channel) -> None:
+    request = pb.PreviewContextRequest(blocks=TYPED, context_limit=1200, response_reserve=200)
+    expected = grpc_json(context_service_pb2_grpc.ContextShiftServiceStub(channel).PreviewContext(request))
+    response = http.post("/api/v2/context-preview", json=json_format.MessageToDict(request))
+    assert response.json() == expected
+
+
+def test_shift_then_finish_its_generation(http: httpx.Client) -> None:
+    body = {"blocksJson": AS_JSON, "model": "claude-sonnet-4-5-http", "contextLimit": 1200}
+    shifted = http.post("/api/v2/context-shift", json=body).json()
+    generation = shifted["generationId"]
+    assert generation and shifted["plan"]["kept"]
+    finished = http.post(
+        f"/api/v2/generations/{generation}/finish",
+        json={"status": "GENERATION_STATUS_COMPLETED", "reportedPromptTokens": 500},
+    )
+    assert finished.status_code == 200, finished.text
+    assert finished.json()["calibrationRecorded"] is True
+    unknown = http.post("/api/v2/generations/nope/finish", json={"status": "GENERATION_STATUS_COMPLETED"})
+    assert "not known to this server process" in error_of(unknown, 404, "NOT_FOUND")["message"]
+
+
+def test_count_tokens_and_profiles(http: httpx.Client) -> None:
+    counted = http.post(
+        "/api/v2/count-tokens",
+        json={"items": [{"text": "abcde"}, {"block": {"role": "ROLE_USER", "content": "hi"}}]},
+    ).json()
+    assert counted["counts"] == ["2", "5"] and counted["total"] == "7" and counted["profile"] == "heuristic"
+    listed = http.get("/api/v2/tokenizer-profiles").json()["profiles"]
+    assert [p["name"] for p in listed] == [p.name for p in profiles.list_profiles()]
+    assert {p["exactness"] for p in listed} <= {
+        "EXACTNESS_EXACT",
+        "EXACTNESS_TEXT_EXACT",
+        "EXACTNESS_APPROXIMATE",
+    }
+
+
+def test_strategies_and_a_summarize_preview(http: httpx.Client) -> None:
+    listed = http.get("/api/v2/strategies").json()
+    by_name = {s["name"]: s for s in listed["strategies"]}
+    assert {"truncate", "summarize", "vector-recall", "manual", "clear-tool-results"} <= set(by_name)
+    assert by_name["summarize"]["options"][0] == {
+        "name": "summary_max_tokens",
+        "type": "int",
+        "defaultValue": 512,
+        "description": "the summary block's tokens at most",
+    }
+    blocks = [{"role": "system", "content": "s"}]
+    blocks += [
+        {"role": "user" if n % 2 == 0 else "assistant", "content": f"turn {n} " + "words " * 30}
+        for n in range(10)
+    ]
+    blocks.append({"role": "user", "content": "now?"})
+    plan = http.post(
+        "/api/v2/context-preview",
+        json={"blocksJson": blocks, "contextLimit": 200, "responseReserve": 0, "strategy": "summarize"},
+    ).json()["plan"]
+    assert plan["strategy"] == "summarize"
+    assert plan["summary"]["text"].startswith("[Conversation summary]")
+    assert [d["reason"] for d in plan["kept"]][-2:] == ["SUMMARY", "PINNED"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "rpc", "request_message"),
+    [
+        ("GET", "/api/v2/chats/c1/context-audit", "GetContextAudit", pb.GetContextAuditRequest(chat_id="c1")),
+        ("DELETE", "/api/v2/chats/c1", "DeleteChat", pb.DeleteChatRequest(chat_id="c1")),
+    ],
+)
+def test_audit_routes_answer_501_as_grpc_answers_unimplemented(
+    http: httpx.Client, channel: grpc.Channel, method: str, path: str, rpc: str, request_message: Any
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        getattr(context_service_pb2_grpc.ContextShiftServiceStub(channel), rpc)(request_message, timeout=10)
+    error = error_of(http.request(method, path), 501, "UNIMPLEMENTED")
+    assert error["message"] == caught.value.details()
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def test_budget_exceeded_is_422_with_the_numbers(http: httpx.Client) -> None:
+    response = http.post(
+        "/api/v2/context-preview", json={"blocksJson": AS_JSON, "contextLimit": 20, "responseReserve": 0}
+    )
+    error = error_of(response, 422, "FAILED_PRECONDITION")
+    assert error["reason"] == "TOKEN_BUDGET_EXCEEDED"
+    assert error["budget"] == 20 and error["protected_tokens"] == 32
+    (info,) = error["details"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert info["metadata"] == {"protected_tokens": str(error["protected_tokens"]), "budget": "20"}
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "description"),
+    [
+        ({"blocksJson": [{"role": "user", "content": "hi"}, {"role": "robot"}]}, "blocks[1].role", "robot"),
+        ({"blocks": [{"role": "ROLE_USER", "parts": [{}]}]}, "blocks[0].parts[0]", "empty part"),
+        ({"blocksJson": "[", "strategy": "truncate"}, "blocks_json", ""),
+        ({"blocksJson": [], "strategy": "nope"}, "strategy", "unknown strategy"),
+        ({"blocksJson": [], "contextLimit": "many"}, "contextLimit", "contextLimit"),
+        ({"blocksJson": [], "colour": 1}, "colour", 'no field named "colour"'),
+        ([1, 2], "body", "expected a JSON object"),
+    ],
+)
+def test_bad_input_is_400_naming_the_field(
+    http: httpx.Client, body: Any, field: str, description: str
+) -> None:
+    error = error_of(http.post("/api/v2/context-preview", json=body), 400, "INVALID_ARGUMENT")
+    found = {v["field"]: v["description"] for v in error["field_violations"]}
+    assert field in found and description in found[field], found
+    (bad,) = error["details"]
+    assert bad["@type"] == "type.googleapis.com/google.rpc.BadRequest"
+
+
+def test_a_body_that_is_not_json(http: httpx.Client) -> None:
+    error = error_of(http.post("/api/v2/count-tokens", content=b"\xff{"), 400, "INVALID_ARGUMENT")
+    assert error["field_violations"][0]["field"] == "body"
+
+
+def test_wrong_method_and_unknown_path(http: httpx.Client) -> None:
+    assert http.get("/api/v2/context-preview").status_code == 405
+    assert http.get("/api/v2/nothing").status_code == 404
+
+
+def test_oversize_bodies_are_413_with_or_without_a_length(tmp_path: Path) -> None:
+    running = start_server(tmp_path, "--max-request-bytes", "65536")
+    try:
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            body = json.dumps({"blocksJson": "[" + " " * 70_000 + "]"}).encode()
+            error = error_of(client.post("/api/v2/context-preview", content=body), 413, "RESOURCE_EXHAUSTED")
+            assert "65536 bytes" in error["message"]
+
+            def chunks() -> Iterator[bytes]:  # no content-length: the server counts as it reads
+                yield body[:40_000]
+                yield body[40_000:]
+
+            error_of(client.post("/api/v2/context-preview", content=chunks()), 413, "RESOURCE_EXHAUSTED")
+            small = {"blocksJson": [{"role": "user", "content": "hi"}]}
+            assert client.post("/api/v2/context-preview", json=small).status_code == 200
+    finally:
+        assert running.terminate() == 0
+
+
+def test_calls_over_the_limit_in_flight_are_429(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+    running = start_server(tmp_path, "--max-concurrent-rpcs", "1", gate=gate)
+    try:
+        held: dict[str, int] = {}
+
+        def hold() -> None:
+            with httpx.Client(base_url=running.http_url, timeout=30) as client:
+                held["status"] = client.post(
+                    "/api/v2/context-preview", json={"blocksJson": AS_JSON}
+                ).status_code
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        gate.wait_entered()
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            error = error_of(
+                client.post("/api/v2/context-preview", json={"blocksJson": []}), 429, "RESOURCE_EXHAUSTED"
+            )
+        assert "limit of 1 calls in flight" in error["message"]
+        gate.open()
+        thread.join(30)
+        assert held["status"] == 200
+    finally:
+        gate.open()
+        assert running.terminate() == 0
+
+
+# --- health, draining, the document, logs, workers ---------------------------------------------
+
+
+def test_health_routes(http: httpx.Client) -> None:
+    assert http.get("/healthz").json() == {"status": "SERVING"}
+    assert http.get("/readyz").json() == {"status": "SERVING"}
+
+
+def test_readyz_is_503_while_draining_and_healthz_stays_up(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+    running = start_server(tmp_path, "--drain-seconds", "3", gate=gate)
+    try:
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            assert client.get("/readyz").status_code == 200
+            running.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 3
+            while client.get("/readyz").status_code != 503:
+                assert time.monotonic() < deadline, "/readyz still 200 while draining"
+                time.sleep(0.02)
+            assert client.get("/readyz").json()["status"] == "NOT_SERVING"
+            assert client.get("/healthz").status_code == 200
+    finally:
+        gate.open()
+        assert running.terminate() == 0
+
+
+def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client) -> None:
+    document = http.get("/openapi.json").json()
+    validate(document)
+    documented = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
+    with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
+        servicer = ContextShiftServicer(executor, BudgetDefaults(None, None))
+        app = HttpApi(servicer, keys=None, max_request_bytes=1024, max_concurrent_calls=1).app()
+    routes = {
+        (route.path, method)
+        for route in app.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    } | {(f"{route.path}/{{path}}", "GET") for route in app.routes if isinstance(route, Mount)}
+    assert routes == documented
+    assert {(op.path, op.http_method) for op in OPERATIONS} < documented
+
+
+def test_answers_match_the_documented_schemas(http: httpx.Client) -> None:
+    from jsonschema import Draft202012Validator
+
+    document = http.get("/openapi.json").json()
+    schemas = document["components"]["schemas"]
+
+    def check(schema_name: str, instance: Any) -> None:
+        schema = {"$ref": f"#/components/schemas/{schema_name}", "components": {"schemas": schemas}}
+        Draft202012Validator(schema).validate(instance)
+
+    check(
+        "contextshift.v1.PreviewContextResponse",
+        http.post("/api/v2/context-preview", json={"blocksJson": AS_JSON}).json(),
+    )
+    check("contextshift.v1.ListTokenizerProfilesResponse", http.get("/api/v2/tokenizer-profiles").json())
+    check(
+        "Error",
+        http.post(
+            "/api/v2/context-preview", json={"blocksJson": AS_JSON, "contextLimit": 20, "responseReserve": 0}
+        ).json(),
+    )
+
+
+def test_http_log_lines_carry_no_message_content(server: ServerProcess, http: httpx.Client) -> None:
+    http.post("/api/v2/context-shift", json={"blocksJson": AS_JSON, "chatId": "chat-secret-id"})
+    http.get("/api/v2/chats/chat-secret-id/context-audit")
+    text = server.log_path.read_text()
+    assert "bicycle" not in text and "sealant" not in text and "chat-secret-id" not in text
+    lines = [line for line in server.log_lines() if line["msg"] == "http"]
+    shift = next(line for line in reversed(lines) if line["method"] == "POST /api/v2/context-shift")
+    assert {"method", "status", "duration_ms", "blocks", "tokens", "pid"} <= shift.keys()
+    assert any(line["method"] == "GET /api/v2/chats/{id}/context-audit" for line in lines)
+
+
+def test_two_workers_share_the_http_port(tmp_path: Path) -> None:
+    running = start_server(tmp_path, "--workers", "2")
+    try:
+        running.wait_serving(2)
+        for _ in range(24):  # a new connection each time: the kernel spreads them over the workers
+            with httpx.Client(base_url=running.http_url, timeout=10) as client:
+                assert client.post("/api/v2/context-preview", json={"blocksJson": AS_JSON}).status_code == 200
+    finally:
+        assert running.terminate() == 0
+    lines = running.log_lines()
+    serving = {line["pid"] for line in lines if line["msg"] == "serving"}
+    assert {line["http_port"] for line in lines if line["msg"] == "serving"} == {running.http_port}
+    assert {line["pid"] for line in lines if line["msg"] == "http"} == serving and len(serving) == 2

@@ -1,0 +1,139 @@
+"""The preview page in a real browser: Debian's Chromium (/usr/bin/chromium, installed by .ci/run),
+driven by Playwright, against the real server. Screenshots go to test-artifacts/ at the repository
+root (ignored by git)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from .conftest import ServerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "support-chat.json"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), (
+        "Chromium from Debian is needed: apt-get install -y chromium (.ci/run does)"
+    )
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser, server: ServerProcess) -> Iterator[Page]:
+    # The page's Content-Security-Policy forbids eval, which Playwright's waits use.
+    context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+    opened = context.new_page()
+    requested: list[str] = []
+    opened.on("request", lambda request: requested.append(request.url))
+    response = opened.goto(server.http_url + "/")
+    assert response is not None and "default-src 'self'" in response.headers["content-security-policy"]
+    yield opened
+    context.close()
+    # Everything the page loads or calls comes from the server: no CDN, no other origin.
+    assert requested and all(url.startswith(server.http_url + "/") for url in requested), requested
+
+
+def rows(page: Page) -> dict[str, dict[str, Any]]:
+    found: list[dict[str, Any]] = page.eval_on_selector_all(
+        "#blocks tbody tr",
+        """rows => rows.map(r => ({
+            id: r.dataset.id, decision: r.dataset.decision, className: r.className,
+            role: r.querySelector('.role').textContent, kind: r.querySelector('.kind').textContent,
+            tokens: r.querySelector('.tokens').textContent, reason: r.querySelector('.reason').textContent,
+            colour: getComputedStyle(r).backgroundColor}))""",
+    )
+    return {row["id"]: row for row in found}
+
+
+def test_the_shipped_example_shows_every_block_with_its_decision(page: Page) -> None:
+    page.wait_for_function("document.getElementById('profile').options.length > 1")  # profiles listed
+    page.set_input_files("#file", str(EXAMPLE))
+    page.wait_for_function("document.getElementById('conversation').value.length > 0")
+    page.fill("#context-limit", "300")
+    page.fill("#response-reserve", "0")
+    page.click("#preview")
+    page.wait_for_selector("#blocks tbody tr")
+
+    shown = rows(page)
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    assert list(shown) == [block["id"] for block in blocks]  # every block, in order
+    assert (shown["sys"]["decision"], shown["sys"]["reason"], shown["sys"]["tokens"]) == (
+        "kept",
+        "PROTECTED_SYSTEM",
+        "34",
+    )
+    assert (shown["lore-returns"]["kind"], shown["lore-returns"]["reason"]) == ("lorebook", "MANDATORY")
+    assert (shown["u1"]["decision"], shown["u1"]["reason"]) == ("excluded", "BUDGET_OLDEST_FIRST")
+    assert shown["t1"]["reason"] == "TOOL_GROUP" and shown["t2"]["reason"] == "TOOL_GROUP"
+    assert (shown["t-stale"]["role"], shown["t-stale"]["reason"]) == ("tool", "ORPHAN_TOOL_RESULT")
+    assert (shown["u3"]["decision"], shown["u3"]["reason"]) == ("kept", "PINNED")
+    # Rows are coloured by decision.
+    assert shown["sys"]["colour"] != shown["u1"]["colour"]
+    assert {row["colour"] for row in shown.values() if row["decision"] == "excluded"} == {
+        shown["u1"]["colour"]
+    }
+    summary = page.text_content("#summary")
+    assert (
+        summary
+        == "7 kept, 6 excluded, 0 truncated; prompt 224 of 300 tokens, profile heuristic (approximate)"
+    )
+    assert "224 / 300 tokens of the budget" in (page.text_content("#budget-numbers") or "")
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "preview-page.png"), full_page=True)
+
+
+def test_a_pasted_anthropic_body_with_a_cut_block_and_an_exact_profile(page: Page) -> None:
+    body = {
+        "system": "Be brief.",  # a top-level system string: the first block
+        "messages": [{"role": "user", "content": "word " * 11_000}, {"role": "user", "content": "and now?"}],
+    }
+    page.fill("#conversation", json.dumps(body))
+    page.select_option("#profile", "o200k_base")
+    page.click("#preview")
+    page.wait_for_selector("#blocks tbody tr")
+    shown = rows(page)
+    assert list(shown) == ["#0", "#1", "#2"] and shown["#0"]["role"] == "system"
+    summary = page.text_content("#summary") or ""
+    assert "1 truncated" in summary and "profile o200k_base" in summary and "approximate" not in summary
+    # The block over the 50,000 character cap is kept, cut, and says so.
+    assert shown["#1"]["className"] == "kept truncated" and "(CHAR_CAP)" in shown["#1"]["reason"]
+    notes = page.text_content("#notes") or ""
+    assert "Truncations" in notes and "#1: " in notes and "tokens (CHAR_CAP)" in notes
+
+
+def test_errors_are_shown_by_field_and_the_audit_until_it_lands(page: Page) -> None:
+    page.fill("#conversation", json.dumps([{"role": "user", "content": "hi"}, {"role": "robot"}]))
+    page.click("#preview")
+    page.wait_for_selector("#message:not([hidden])")
+    assert "blocks[1].role" in (page.text_content("#message") or "")
+
+    page.fill("#chat-id", "chat-1")
+    page.click("#audit")
+    page.wait_for_function("document.getElementById('message').textContent.includes('chat chat-1')")
+    message = page.text_content("#message") or ""
+    assert "not available on this server (501)" in message and "needs the audit store" in message
+    assert page.get_attribute("#message", "class") == "info"
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "preview-page-audit.png"), full_page=True)
