@@ -31,6 +31,8 @@ from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
+from contextshift.options import Secret
+from contextshift.summarizer import llm
 
 log = logging.getLogger("contextshift.api")
 
@@ -55,6 +57,8 @@ class Server:
     health: health.aio.HealthServicer
     executor: ThreadPoolExecutor
     port: int
+    io_executor: ThreadPoolExecutor | None = None
+    compaction: llm.LoopTransport | None = None
 
     async def stop(self, config: ServerConfig) -> None:
         """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period."""
@@ -63,7 +67,33 @@ class Server:
         await asyncio.sleep(config.drain_seconds)
         await self.server.stop(config.grace_seconds)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.io_executor is not None:
+            self.io_executor.shutdown(wait=False, cancel_futures=True)
+        if self.compaction is not None:
+            llm.configure(None)
+            await self.compaction.aclose()
         log.info("stopped")
+
+
+def _configure_compaction(config: ServerConfig) -> llm.LoopTransport | None:
+    """llm-compact's endpoint from the settings, reached from this (running) event loop."""
+    if config.compact_url is None or config.compact_model is None:
+        return None
+    models = {"main": config.compact_model}
+    if config.compact_fast_model:
+        models["fast"] = config.compact_fast_model
+    transport = llm.LoopTransport.on_running_loop()
+    key = Secret(config.compact_api_key or "")
+    llm.configure(
+        llm.ConfiguredEndpoint(config.compact_url, models, key, config.compact_timeout_ms, transport)
+    )
+    fields = {
+        "url": llm.shown_url(config.compact_url),
+        "models": models,
+        "timeout_ms": config.compact_timeout_ms,
+    }
+    log.info("llm compaction configured", extra={"fields": fields})
+    return transport
 
 
 async def start(config: ServerConfig, port: int) -> Server:
@@ -77,10 +107,13 @@ async def start(config: ServerConfig, port: int) -> Server:
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
+    io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    add_context_service(
-        ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes), server
+    servicer = ContextShiftServicer(
+        executor, defaults, inline_request_bytes=config.inline_request_bytes, io_executor=io_executor
     )
+    add_context_service(servicer, server)
+    compaction = _configure_compaction(config)
     services = [SERVICE]
     if config.bench_echo:
         add_echo_service(server)
@@ -94,7 +127,7 @@ async def start(config: ServerConfig, port: int) -> Server:
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving", extra={"fields": {"host": config.host, "port": bound}})
-    return Server(server, health_servicer, executor, bound)
+    return Server(server, health_servicer, executor, bound, io_executor, compaction)
 
 
 async def serve(config: ServerConfig, port: int) -> None:
