@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
+import os
 import threading
 import time
 import tomllib
@@ -169,18 +170,21 @@ def _limits() -> httpx.Limits:
 
 
 class BlockingTransport:
-    """The library's: one pooled `httpx.Client` per process, made on first use."""
+    """The library's: one pooled `httpx.Client` per process, made on first use (a forked child
+    makes its own: pooled connections are not shared across a fork)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
+        self._pid = 0
 
     def _get(self) -> httpx.Client:
         import httpx
 
         with self._lock:
-            if self._client is None:
+            if self._client is None or self._pid != os.getpid():
                 self._client = httpx.Client(limits=_limits())
+                self._pid = os.getpid()
             return self._client
 
     def post(self, endpoint: Endpoint, body: bytes) -> bytes:
