@@ -109,6 +109,16 @@ class Endpoint:
     def timeout_seconds(self) -> float:
         return self.timeout_ms / 1000
 
+    def request(self, body: bytes) -> dict[str, Any]:
+        """The arguments of an httpx client's `stream` that POST `body` here."""
+        return {
+            "method": "POST",
+            "url": self.completions_url,
+            "content": body,
+            "headers": self.headers,
+            "timeout": self.timeout_seconds,
+        }
+
 
 class CompactionFailed(Exception):
     """A summary the endpoint did not give: `cause` says why (no content, no key); `usage` is
@@ -191,16 +201,7 @@ class BlockingTransport:
         # httpx's timeouts bound each connect and read; the deadline bounds the whole answer.
         deadline = time.monotonic() + endpoint.timeout_seconds
         client = self._get()
-        with (
-            _http_failures(endpoint),
-            client.stream(
-                "POST",
-                endpoint.completions_url,
-                content=body,
-                headers=endpoint.headers,
-                timeout=endpoint.timeout_seconds,
-            ) as response,
-        ):
+        with _http_failures(endpoint), client.stream(**endpoint.request(body)) as response:
             answer = _Body(response, deadline)
             for chunk in response.iter_bytes():
                 answer.add(chunk)
@@ -255,13 +256,7 @@ class LoopTransport:
         with _http_failures(endpoint):
             async with (
                 asyncio.timeout(endpoint.timeout_seconds),
-                self._client.stream(
-                    "POST",
-                    endpoint.completions_url,
-                    content=body,
-                    headers=endpoint.headers,
-                    timeout=endpoint.timeout_seconds,
-                ) as response,
+                self._client.stream(**endpoint.request(body)) as response,
             ):
                 answer = _Body(response, deadline)
                 async for chunk in response.aiter_bytes():
