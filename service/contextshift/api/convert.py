@@ -1,7 +1,8 @@
 """Proto ↔ library: requests become `shift_context` / `count_tokens` calls, results become replies.
 
 Everything here is plain CPU work, run on the engine threads (or, for small requests, on the event
-loop: see `ContextShiftServicer._run`).
+loop: see `ContextShiftServicer._run`), except the shifts of strategies that wait (llm-compact on
+its endpoint, plugin strategies), which run on the io threads.
 """
 
 from __future__ import annotations
