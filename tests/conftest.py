@@ -1,4 +1,5 @@
-"""Shared pytest setup: import paths for the test helpers and hypothesis profiles.
+"""Shared pytest setup: import paths for the test helpers, hypothesis profiles, and the fake LLM
+endpoint.
 
 Profiles (choose with HYPOTHESIS_PROFILE=<name>):
 - ``default``: deterministic (derandomized), no deadline; what CI runs.
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # tests/reference and tests/conversations.py are imported as top-level modules.
@@ -26,3 +29,14 @@ settings.register_profile("default", _COMMON, derandomize=True, database=None)
 settings.register_profile("thorough", _COMMON, derandomize=True, database=None)
 settings.register_profile("random", _COMMON, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+from fake_llm import FakeLlm  # noqa: E402  (on the path inserted above)
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[FakeLlm]:
+    """An OpenAI-compatible endpoint on 127.0.0.1 (tests/fake_llm.py), answering well until told
+    otherwise."""
+    fake = FakeLlm()
+    yield fake
+    fake.close()

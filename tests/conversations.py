@@ -519,6 +519,10 @@ def options(draw: st.DrawFn) -> dict[str, Any] | None:
         result["start_on_user"] = draw(st.booleans())
     if draw(st.integers(0, 3)) == 0:
         result["protect_current_input"] = draw(st.booleans())
+    if draw(st.integers(0, 5)) == 0:
+        result["tool_result_max_chars"] = draw(
+            st.one_of(st.sampled_from((0, 64, 100, 300)), st.integers(64, 2000))
+        )
     return result
 
 
@@ -712,6 +716,8 @@ def invalid_options(draw: st.DrawFn) -> dict[str, Any]:
                 ("pinned_cap", "half"),
                 ("start_on_user", "yes"),
                 ("protect_current_input", 1),
+                ("tool_result_max_chars", 63),
+                ("tool_result_max_chars", -1),
                 ("strategy", "truncate"),
                 ("max_chars", 100),
                 ("pinnedCap", 0.5),

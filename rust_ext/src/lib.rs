@@ -16,8 +16,8 @@ use contextshift_core::relevance::bm25;
 use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
-    profile_by_name, protection, rewrite_block as core_rewrite_block, Block, CharCut, Groups, Node, PlanInput, Profile,
-    ProfileError, ProfileInfo, Reason, Role, Shape, Violation,
+    profile_by_name, protection, rewrite_block as core_rewrite_block, Block, CharCap, CharCut, Groups, Node, PlanInput,
+    Profile, ProfileError, ProfileInfo, Reason, Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -57,6 +57,12 @@ fn invalid_blocks(violations: Vec<Violation>) -> PyErr {
 
 /// The profile `name` (loaded on first use, without the GIL: a vocabulary or a tokenizer.json
 /// takes a while); an unknown or unloadable profile is `InvalidOptions` on field `profile`.
+/// The char cap of a conversation: `max_block_chars` for every block, and a tool result's own
+/// cap when one is given.
+fn char_cap(max_block_chars: usize, tool_result_max_chars: Option<usize>) -> CharCap {
+    CharCap { block: max_block_chars, tool_result: tool_result_max_chars.unwrap_or(max_block_chars) }
+}
+
 fn profile_named(py: Python<'_>, name: &str) -> PyResult<Arc<Profile>> {
     py.detach(|| profile_by_name(name))
         .map_err(|e: ProfileError| InvalidOptions::new_err((vec![("profile".to_owned(), e.to_string())],)))
@@ -365,12 +371,20 @@ impl Conversation {
 
 #[pymethods]
 impl Conversation {
+    /// `tool_result_max_chars`: a lower cap for blocks that answer a tool call (None: off).
     #[new]
-    fn new(py: Python<'_>, blocks: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
+    #[pyo3(signature = (blocks, max_block_chars, tool_result_max_chars=None))]
+    fn new(
+        py: Python<'_>,
+        blocks: &Bound<'_, PyAny>,
+        max_block_chars: usize,
+        tool_result_max_chars: Option<usize>,
+    ) -> PyResult<Self> {
         guarded(|| {
             let nodes = convert::sequence(blocks).map_err(|e| not_a_list("blocks", e))?;
+            let cap = char_cap(max_block_chars, tool_result_max_chars);
             // Reading Python objects needs the GIL; grouping does not.
-            let conv = parse_conversation(&nodes, max_block_chars, "blocks").map_err(invalid_blocks)?;
+            let conv = parse_conversation(&nodes, cap, "blocks").map_err(invalid_blocks)?;
             let groups = py.detach(|| Groups::build(&conv.blocks));
             Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json: None })
         })
@@ -378,7 +392,13 @@ impl Conversation {
 
     /// Parses a JSON array of blocks (the caller's own message JSON), entirely without the GIL.
     #[staticmethod]
-    fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
+    #[pyo3(signature = (text, max_block_chars, tool_result_max_chars=None))]
+    fn from_json(
+        py: Python<'_>,
+        text: &Bound<'_, PyAny>,
+        max_block_chars: usize,
+        tool_result_max_chars: Option<usize>,
+    ) -> PyResult<Self> {
         guarded(|| {
             let text: String = if let Ok(s) = text.cast::<PyString>() {
                 s.to_str()?.to_owned()
@@ -390,7 +410,8 @@ impl Conversation {
                 return Err(not_a_list("blocks_json", "must be str or bytes".to_owned()));
             };
             py.detach(|| {
-                let parsed = parse_json_blocks(&text, max_block_chars, "blocks_json")?;
+                let cap = char_cap(max_block_chars, tool_result_max_chars);
+                let parsed = parse_json_blocks(&text, cap, "blocks_json")?;
                 let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });

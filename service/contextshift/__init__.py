@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextshift import engine
 from contextshift.budget import Budget
-from contextshift.diagnostics import Diagnostic
+from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import (
     ContextShiftError,
@@ -45,6 +45,7 @@ __all__ = [
     "BlockDecision",
     "Budget",
     "Client",
+    "CompactionUsage",
     "ContextShiftError",
     "Diagnostic",
     "FieldViolation",

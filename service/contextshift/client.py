@@ -35,7 +35,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.budget import Budget
 from contextshift.calibration import Calibration
-from contextshift.diagnostics import Diagnostic
+from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
 from contextshift.options import OptionSpec
@@ -189,6 +189,16 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         block_count=plan.compaction.original_count,
         summary=_summary(plan) if plan.HasField("summary") else None,
         relevance=[Relevance(r.id, r.score, r.source) for r in plan.relevance],
+        compaction_usage=_compaction_usage(plan) if plan.HasField("compaction_usage") else None,
+    )
+
+
+def _compaction_usage(plan: pb.ContextPlan) -> CompactionUsage:
+    u = plan.compaction_usage
+    return CompactionUsage(
+        u.model,
+        u.prompt_tokens if u.HasField("prompt_tokens") else None,
+        u.completion_tokens if u.HasField("completion_tokens") else None,
     )
 
 

@@ -1,7 +1,7 @@
 """Diagnostics: what the strategy host, plugins and interceptors did to a shift that the caller
 should be able to see (a fallback to truncate, a rejected plan, a group extended, tokens an
-interceptor added). They travel in `ShiftResult.diagnostics`, `ContextPlan.diagnostics` and the
-audit."""
+interceptor added), and what an LLM compaction spent. They travel in `ShiftResult.diagnostics`
+(`.compaction_usage`), `ContextPlan.diagnostics` (`.compaction_usage`) and the audit."""
 
 from __future__ import annotations
 
@@ -18,3 +18,12 @@ class Diagnostic:
     detail: str
     # Tokens involved, when the event has a size (tokens added, tokens cleared, ...).
     tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionUsage:
+    """The tokens an LLM compaction spent, as its endpoint reported them (None: not reported)."""
+
+    model: str
+    prompt_tokens: int | None
+    completion_tokens: int | None

@@ -12,8 +12,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextshift.errors import InvalidOptions
+from contextshift.presets import PRESETS
 
 MIN_BLOCK_CHARS = 64  # room for the "[Truncated]" suffix and some text; the core agrees
+
+
+class Secret:
+    """A secret option's value (an API key): kept for the call that needs it, never shown by
+    `repr`/`str`, so it cannot reach a log line, a diagnostic or an error message by accident."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self.value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
 
 # What each kind accepts; the names are what ListStrategies reports as an option's type.
 _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
@@ -24,6 +47,7 @@ _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     ),
     "bool": ("a boolean", lambda v: isinstance(v, bool)),
     "str": ("a string", lambda v: isinstance(v, str)),
+    "secret": ("a string", lambda v: isinstance(v, str)),
     "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
     "list[float]": (
         "a list of finite numbers",
@@ -38,7 +62,10 @@ _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 @dataclass(frozen=True)
 class OptionSpec:
     """One option: its name, type (a key of `_KINDS`), default, meaning, and bounds for numbers
-    (`minimum` inclusive; `maximum` inclusive; `above` exclusive lower bound)."""
+    (`minimum` inclusive; `maximum` inclusive; `above` exclusive lower bound; `off`, a value
+    accepted outside the bounds that turns the option off). `choices` lists a string option's
+    values. A `library_only` option is refused over gRPC (it names something a request must not
+    choose, such as a URL the server would fetch); a `secret` one is held as a `Secret`."""
 
     name: str
     kind: str
@@ -47,6 +74,9 @@ class OptionSpec:
     minimum: float | None = None
     maximum: float | None = None
     above: float | None = None
+    off: float | None = None
+    choices: tuple[str, ...] | None = None
+    library_only: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in _KINDS:
@@ -56,8 +86,11 @@ class OptionSpec:
         """Why `value` is not acceptable, or None."""
         expected, accepts = _KINDS[self.kind]
         if not accepts(value):
-            return f"must be {expected}, got {value!r}"
-        if isinstance(value, int | float):
+            shown = type(value).__name__ if self.kind == "secret" else repr(value)
+            return f"must be {expected}, got {shown}"
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}, got {value!r}"
+        if isinstance(value, int | float) and value != self.off:
             if self.minimum is not None and value < self.minimum:
                 return f"must be >= {self.minimum:g}, got {value!r}"
             if self.maximum is not None and value > self.maximum:
@@ -74,6 +107,15 @@ COMMON: tuple[OptionSpec, ...] = (
         50_000,
         "a block with more characters of text is cut, ending with [Truncated]",
         minimum=MIN_BLOCK_CHARS,
+    ),
+    OptionSpec(
+        "tool_result_max_chars",
+        "int",
+        0,
+        "a tool result (a block answering a tool call) with more characters of text is cut, ending "
+        "with [Truncated], when this is below max_block_chars (0: off)",
+        minimum=MIN_BLOCK_CHARS,
+        off=0,
     ),
     OptionSpec(
         "pinned_cap",
@@ -106,6 +148,14 @@ COMMON: tuple[OptionSpec, ...] = (
         "a plugin strategy or interceptor that runs longer falls back (truncate, or its input kept)",
         minimum=1,
     ),
+    OptionSpec(
+        "preset",
+        "str",
+        "",
+        "an agent-loop preset setting several options in one word (contextshift.presets); options "
+        "given beside it win",
+        choices=("", *PRESETS),
+    ),
 )
 
 
@@ -114,11 +164,13 @@ class ShiftOptions:
     """The common options, typed, and the chosen strategy's own (`strategy`, by name)."""
 
     max_block_chars: int = 50_000
+    tool_result_max_chars: int = 0
     pinned_cap: float = 0.5
     start_on_user: bool = True
     protect_current_input: bool = True
     target_ratio: float = 1.0
     plugin_timeout_ms: int = 1000
+    preset: str = ""
     strategy: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -126,11 +178,16 @@ class ShiftOptions:
         cls, options: Mapping[str, Any] | None, strategy_specs: Sequence[OptionSpec] = ()
     ) -> ShiftOptions:
         """Validates `options` against the common options and `strategy_specs`; every problem is
-        one violation naming `options.<key>`. Missing options take their defaults."""
+        one violation naming `options.<key>`. A known `preset` fills in the options it sets that
+        were not given (those of other strategies are left out). Missing options take their
+        defaults; secret ones are held as `Secret`s."""
         if options is not None and not isinstance(options, Mapping):
             raise InvalidOptions([("options", f"must be a mapping, got {type(options).__name__}")])
         given = dict(options or {})
         specs = {s.name: s for s in (*COMMON, *strategy_specs)}
+        name = given.get("preset", "")
+        preset = PRESETS.get(name, {}) if isinstance(name, str) else {}  # a bad one is reported below
+        given = {**{k: v for k, v in preset.items() if k in specs}, **given}
         violations: list[tuple[str, str]] = []
         for key, value in given.items():
             spec = specs.get(key)
@@ -141,7 +198,12 @@ class ShiftOptions:
         if violations:
             raise InvalidOptions(violations)
         common = {s.name: given.get(s.name, s.default) for s in COMMON}
-        own = {s.name: given.get(s.name, s.default) for s in strategy_specs}
+        own = {
+            s.name: Secret(given.get(s.name, s.default))
+            if s.kind == "secret"
+            else given.get(s.name, s.default)
+            for s in strategy_specs
+        }
         return cls(**common, strategy=own)
 
     def get(self, name: str) -> Any:

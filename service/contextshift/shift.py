@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from contextshift import calibration, engine, plugins
 from contextshift.budget import Budget, resolve_budget
-from contextshift.diagnostics import Diagnostic
+from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError, TokenBudgetExceeded
 from contextshift.options import ShiftOptions
@@ -81,6 +81,8 @@ class ShiftResult:
     summary: Summary | None = field(default=None, kw_only=True)
     # Blocks a relevance-aware strategy scored, with the score's source.
     relevance: list[Relevance] = field(default_factory=list, kw_only=True)
+    # The tokens an LLM compaction spent (llm-compact), as its endpoint reported them.
+    compaction_usage: CompactionUsage | None = field(default=None, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -287,10 +289,11 @@ def shift_context(
     raw_budget = calibration.raw_budget(resolved.tokens, factor)
 
     # 1-2. Parse and cut over-long blocks.
+    tool_result_cap = opts.tool_result_max_chars or None
     if isinstance(blocks, str | bytes):
-        conversation = engine.Conversation.from_json(blocks, opts.max_block_chars)
+        conversation = engine.Conversation.from_json(blocks, opts.max_block_chars, tool_result_cap)
     else:
-        conversation = engine.Conversation(blocks, opts.max_block_chars)
+        conversation = engine.Conversation(blocks, opts.max_block_chars, tool_result_cap)
     counts = conversation.count(resolution.profile)
     # 3. Pinned cap.
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
@@ -327,7 +330,8 @@ def shift_context(
         approximate=resolution.approximate,
         warnings=resolution.warnings
         + resolved.warnings
-        + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned],
+        + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned]
+        + outcome.warnings,
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
@@ -336,6 +340,7 @@ def shift_context(
         block_count=len(conversation),
         summary=outcome.summary,
         relevance=outcome.relevance,
+        compaction_usage=outcome.compaction_usage,
         decisions=AdjustedDecisions(outcome.plan, outcome.relabel, outcome.summary)
         if adjusted
         else outcome.plan,
@@ -369,7 +374,7 @@ def _intercepted(result: ShiftResult, raw_budget: int, opts: ShiftOptions) -> Sh
 
     # Parsed with their block ids, so decisions keep naming the blocks the caller sent.
     named = [{**m, "id": block_id} for m, block_id in zip(run.messages, run.ids, strict=True)]
-    conversation = engine.Conversation(named, opts.max_block_chars)
+    conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
     counts = conversation.count(result.profile)
     plan = conversation.plan(counts, raw_budget, [], opts.protect_current_input, opts.start_on_user)
     prompt_tokens = conversation.recount(result.profile, plan.kept)

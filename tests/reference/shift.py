@@ -465,6 +465,7 @@ BudgetSpec = int | tuple[int, int, int]
 @dataclass
 class Options:
     max_block_chars: int = 50_000
+    tool_result_max_chars: int = 0  # 0: tool results take max_block_chars
     pinned_cap: float = 0.5
     start_on_user: bool = True
     protect_current_input: bool = True
@@ -484,6 +485,13 @@ def resolve_options(options: dict[str, object] | None) -> Options:
     for key, value in options.items():
         if key == "max_block_chars" and isinstance(value, int) and _is_int(value) and value >= 64:
             resolved.max_block_chars = value
+        elif (
+            key == "tool_result_max_chars"
+            and isinstance(value, int)
+            and _is_int(value)
+            and (value == 0 or value >= 64)
+        ):
+            resolved.tool_result_max_chars = value
         elif (
             key == "pinned_cap"
             and isinstance(value, (int, float))
@@ -660,7 +668,10 @@ def analyze(
     messages: list[dict[str, object]] = list(raw_blocks)
     truncated: list[TruncationEntry] = []
     for block in blocks:
-        texts = cut_texts(block.pieces, resolved_options.max_block_chars)
+        cap = resolved_options.max_block_chars
+        if block.result_ids and resolved_options.tool_result_max_chars:
+            cap = min(cap, resolved_options.tool_result_max_chars)
+        texts = cut_texts(block.pieces, cap)
         if texts is None:
             continue
         before = block.tokens()

@@ -4,7 +4,7 @@
 //! input. One vector holds the whole document: reading a block allocates nothing per object or
 //! list, which is where a general-purpose deserializer spent most of its time on chat JSON.
 
-use crate::parse::{parse_conversation, Conversation, Node, Shape, Violation};
+use crate::parse::{parse_conversation, CharCap, Conversation, Node, Shape, Violation};
 use serde_json::{Map, Number, Value};
 
 /// What an entry of a tape is.
@@ -158,7 +158,7 @@ pub struct JsonConversation {
 }
 
 /// Parses a JSON array of blocks. A malformed document is one violation on `field`.
-pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Result<JsonConversation, Vec<Violation>> {
+pub fn parse_json_blocks(text: &str, cap: impl Into<CharCap>, field: &str) -> Result<JsonConversation, Vec<Violation>> {
     let (tape, elements, spans) = read_spanned_array(text).ok_or_else(|| {
         vec![Violation {
             index: 0,
@@ -167,7 +167,7 @@ pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Res
         }]
     })?;
     let nodes: Vec<TapeNode> = elements.into_iter().map(|at| TapeNode { tape: &tape, at }).collect();
-    let conversation = parse_conversation(&nodes, max_block_chars, "blocks")?;
+    let conversation = parse_conversation(&nodes, cap, "blocks")?;
     Ok(JsonConversation { conversation, spans })
 }
 

@@ -21,6 +21,8 @@ pub mod wire;
 pub use block::{Block, Image, Kind, Role, ToolCall};
 pub use count::{block_tokens, count_blocks};
 pub use group::Groups;
-pub use parse::{parse_block, parse_conversation, rewrite_block, CharCut, Conversation, Node, Shape, Violation};
+pub use parse::{
+    parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, Node, Shape, Violation,
+};
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
 pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};

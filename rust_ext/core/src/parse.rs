@@ -165,16 +165,43 @@ pub struct Conversation {
 /// Ends every block the char cap cut.
 pub const TRUNCATED_SUFFIX: &str = "[Truncated]";
 
+/// The char cap: every block's text at most `block` code points, and a tool result's (a block
+/// that answers a call) at most `tool_result` (the smaller of the two applies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CharCap {
+    pub block: usize,
+    pub tool_result: usize,
+}
+
+impl CharCap {
+    /// The cap of `block`.
+    pub fn of(&self, block: &Block) -> usize {
+        if block.result_ids.is_empty() {
+            self.block
+        } else {
+            self.block.min(self.tool_result)
+        }
+    }
+}
+
+impl From<usize> for CharCap {
+    /// The same cap for every block.
+    fn from(max_chars: usize) -> Self {
+        CharCap { block: max_chars, tool_result: max_chars }
+    }
+}
+
 /// Keys that name the call a tool result answers, all equal.
 const RESULT_ID_KEYS: [&str; 5] = ["toolCallId", "tool_call_id", "callId", "call_id", "tool_use_id"];
 
-/// Parses a whole request. Ids must be unique; blocks over `max_block_chars` are cut.
+/// Parses a whole request. Ids must be unique; blocks over their `cap` are cut.
 /// `list_name` names the list in field paths (`blocks`).
 pub fn parse_conversation<N: Node>(
     nodes: &[N],
-    max_block_chars: usize,
+    cap: impl Into<CharCap>,
     list_name: &str,
 ) -> Result<Conversation, Vec<Violation>> {
+    let cap = cap.into();
     let mut blocks = Vec::with_capacity(nodes.len());
     let mut cuts = Vec::new();
     let mut violations = Vec::new();
@@ -204,12 +231,13 @@ pub fn parse_conversation<N: Node>(
         };
         duplicate(block.id.clone(), index, &mut violations);
         // Bytes bound code points from above, so most blocks skip the code point count.
+        let max_chars = cap.of(&block);
         let bytes: usize = block.pieces.iter().map(String::len).sum();
-        if bytes <= max_block_chars || block.char_count() <= max_block_chars {
+        if bytes <= max_chars || block.char_count() <= max_chars {
             blocks.push(block);
             continue;
         }
-        match cut_block(node, index, list_name, max_block_chars) {
+        match cut_block(node, index, list_name, max_chars) {
             Ok((cut_block, cut)) => {
                 blocks.push(cut_block);
                 cuts.push(cut);
@@ -226,8 +254,12 @@ pub fn parse_conversation<N: Node>(
 
 /// [`parse_conversation`] over JSON values, for tests.
 #[cfg(test)]
-pub fn parse_values(values: &[Value], max_block_chars: usize, list_name: &str) -> Result<Conversation, Vec<Violation>> {
-    parse_conversation(&values.iter().collect::<Vec<_>>(), max_block_chars, list_name)
+pub fn parse_values(
+    values: &[Value],
+    cap: impl Into<CharCap>,
+    list_name: &str,
+) -> Result<Conversation, Vec<Violation>> {
+    parse_conversation(&values.iter().collect::<Vec<_>>(), cap, list_name)
 }
 
 /// Parses one block on its own (no id uniqueness, no char cap).
@@ -878,6 +910,30 @@ mod tests {
         assert_eq!(cut.message["content"][1]["text"], Value::String(block.pieces[1].clone()));
         assert_eq!(cut.message["content"][2]["text"], "");
         assert_eq!(cut.message["content"][0]["text"], "ab");
+    }
+
+    #[test]
+    fn tool_result_cap_cuts_only_blocks_that_answer_a_call() {
+        let long = "x".repeat(200);
+        let values = json!([
+            {"id": "u", "role": "user", "content": long},
+            {"id": "a", "role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]},
+            {"id": "t", "role": "tool", "tool_call_id": "c1", "content": long},
+            {"id": "r", "type": "function_call_output", "call_id": "c2", "output": long},
+            {"id": "p", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c3", "content": long}]},
+            {"id": "s", "role": "tool", "tool_call_id": "c4", "content": "short"}
+        ]);
+        let cap = CharCap { block: 150, tool_result: 100 };
+        let conv = parse_values(values.as_array().unwrap(), cap, "blocks").unwrap();
+        let chars: Vec<usize> = conv.blocks.iter().map(Block::char_count).collect();
+        assert_eq!(chars, [150, 0, 100, 100, 100, 5]);
+        assert_eq!(conv.cuts.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 2, 3, 4]);
+        assert!(conv.blocks[2].pieces[0].ends_with(TRUNCATED_SUFFIX));
+        assert_eq!(conv.cuts[2].message["output"], Value::String(conv.blocks[3].pieces[0].clone()));
+        // The smaller cap wins: a tool-result cap above the block cap changes nothing.
+        let loose = parse_values(values.as_array().unwrap(), CharCap { block: 150, tool_result: 1000 }, "blocks");
+        assert!(loose.unwrap().blocks.iter().all(|b| b.char_count() <= 150));
+        assert_eq!(CharCap::from(64), CharCap { block: 64, tool_result: 64 });
     }
 
     #[test]

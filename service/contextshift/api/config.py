@@ -8,9 +8,11 @@ import argparse
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from contextshift.summarizer.llm import url_problem
 
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
 
@@ -143,6 +145,47 @@ SETTINGS = [
     Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
     ),
+    # LLM compaction (strategy llm-compact): an OpenAI-compatible Chat Completions endpoint.
+    Setting(
+        "compact_url",
+        str,
+        None,
+        "CONTEXTSHIFT_COMPACT_URL",
+        "base URL of the OpenAI-compatible API llm-compact calls, e.g. https://api.openai.com/v1 "
+        "(none: llm-compact shifts as truncate, with a warning)",
+    ),
+    Setting("compact_model", str, None, "CONTEXTSHIFT_COMPACT_MODEL", "llm-compact's main model"),
+    Setting(
+        "compact_fast_model",
+        str,
+        None,
+        "CONTEXTSHIFT_COMPACT_FAST_MODEL",
+        "llm-compact's fast model, which a request picks with compact_model fast",
+    ),
+    Setting(
+        "compact_api_key",
+        str,
+        None,
+        "CONTEXTSHIFT_COMPACT_API_KEY",
+        "the endpoint's API key (sent as a bearer token; never logged; prefer the environment to a flag)",
+    ),
+    Setting(
+        "compact_timeout_ms",
+        int,
+        30_000,
+        "CONTEXTSHIFT_COMPACT_TIMEOUT_MS",
+        "time limit of one compaction call; past it the shift falls back to truncate",
+        1,
+    ),
+    Setting(
+        "io_threads",
+        int,
+        16,
+        "CONTEXTSHIFT_IO_THREADS",
+        "threads per process for shifts whose strategy waits on I/O or plugins (llm-compact, plugin "
+        "strategies), so they never hold the engine threads",
+        1,
+    ),
 ]
 
 
@@ -169,6 +212,12 @@ class ServerConfig:
     api_keys_file: str | None
     api_keys: str | None
     bench_echo: bool
+    compact_url: str | None
+    compact_model: str | None
+    compact_fast_model: str | None
+    compact_api_key: str | None = field(repr=False)
+    compact_timeout_ms: int
+    io_threads: int
 
 
 class ConfigError(ValueError):
@@ -235,9 +284,20 @@ def load(
             values[s.name] = _convert(s, file_values[s.name], f"{path}: {s.name}")
         else:
             values[s.name] = s.default
+    _check_compaction(values)
     settings = ServerConfig(**values)
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ConfigError("tls_cert and tls_key: set both or neither")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
     return settings
+
+
+def _check_compaction(values: Mapping[str, Any]) -> None:
+    if values["compact_url"] is None:
+        return
+    problem = url_problem(values["compact_url"])
+    if problem is not None:
+        raise ConfigError(f"compact_url: {problem}")
+    if not values["compact_model"]:
+        raise ConfigError("compact_model: required with compact_url")

@@ -1,7 +1,8 @@
 """Proto ↔ library: requests become `shift_context` / `count_tokens` calls, results become replies.
 
 Everything here is plain CPU work, run on the engine threads (or, for small requests, on the event
-loop: see `ContextShiftServicer._run`).
+loop: see `ContextShiftServicer._run`), except the shifts of strategies that wait (llm-compact on
+its endpoint, plugin strategies), which run on the io threads.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from contextshift import engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
 from contextshift.api.errors import invalid
-from contextshift.errors import FieldViolation, InvalidInput
+from contextshift.diagnostics import CompactionUsage
+from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions
 from contextshift.options import COMMON, OptionSpec
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
@@ -160,11 +162,25 @@ def _renamed(error: InvalidInput, rename: Callable[[str], str]) -> InvalidInput:
 # --- requests ---------------------------------------------------------------------------------
 
 
+# Why a request may not set a library-only option.
+_LIBRARY_ONLY = (
+    "not accepted in a request: the server's settings choose its compaction endpoint (a URL from a "
+    "request would let any caller make the server connect anywhere)"
+)
+
+
 def _options(struct: struct_pb2.Struct, strategy: StrategyInfo) -> dict[str, Any]:
     """The options as the library takes them: a Struct carries every number as a double, so an
     integer option's whole number becomes an int (anything else is left for validation to
-    reject)."""
+    reject). Library-only options (an endpoint's URL, key, timeout) are refused."""
     options = json_format.MessageToDict(struct)
+    refused = [
+        (f"options.{spec.name}", _LIBRARY_ONLY)
+        for spec in strategy.options
+        if spec.library_only and spec.name in options
+    ]
+    if refused:
+        raise InvalidOptions(refused)
     integers = {spec.name for spec in (*COMMON, *strategy.options) if spec.kind == "int"}
     for key in integers & options.keys():
         value = options[key]
@@ -298,8 +314,17 @@ def encode_plan(
             context_service_pb2.RelevanceScore(id=r.id, score=r.score, source=r.source)
             for r in result.relevance
         ],
+        compaction_usage=_compaction_usage(result.compaction_usage),
     )
     return [plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)]
+
+
+def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.CompactionUsage | None:
+    if usage is None:
+        return None
+    return context_service_pb2.CompactionUsage(
+        model=usage.model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+    )
 
 
 @dataclass(frozen=True)
@@ -397,7 +422,7 @@ def strategies() -> context_service_pb2.ListStrategiesResponse:
             context_service_pb2.Strategy(
                 name=s.name,
                 description=s.description,
-                options=[_option_message(o) for o in s.options],
+                options=[_option_message(o) for o in s.options if not o.library_only],
                 builtin=s.builtin,
             )
             for s in list_strategies()

@@ -44,6 +44,8 @@ from contextshift.api.convert import BudgetDefaults
 from contextshift.api.http import HttpApi
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
+from contextshift.options import Secret
+from contextshift.summarizer import llm
 
 log = logging.getLogger("contextshift.api")
 
@@ -109,6 +111,8 @@ class Server:
     http: uvicorn.Server
     http_task: asyncio.Task[None]
     http_port: int
+    io_executor: ThreadPoolExecutor | None = None
+    compaction: llm.LoopTransport | None = None
 
     async def stop(self, config: ServerConfig) -> None:
         """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period."""
@@ -119,7 +123,33 @@ class Server:
         self.http.should_exit = True  # uvicorn then waits up to grace_seconds for calls in flight
         await asyncio.gather(self.server.stop(config.grace_seconds), self.http_task)
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.io_executor is not None:
+            self.io_executor.shutdown(wait=False, cancel_futures=True)
+        if self.compaction is not None:
+            llm.configure(None)
+            await self.compaction.aclose()
         log.info("stopped")
+
+
+def _configure_compaction(config: ServerConfig) -> llm.LoopTransport | None:
+    """llm-compact's endpoint from the settings, reached from this (running) event loop."""
+    if config.compact_url is None or config.compact_model is None:
+        return None
+    models = {"main": config.compact_model}
+    if config.compact_fast_model:
+        models["fast"] = config.compact_fast_model
+    transport = llm.LoopTransport.on_running_loop()
+    key = Secret(config.compact_api_key or "")
+    llm.configure(
+        llm.ConfiguredEndpoint(config.compact_url, models, key, config.compact_timeout_ms, transport)
+    )
+    fields = {
+        "url": llm.shown_url(config.compact_url),
+        "models": models,
+        "timeout_ms": config.compact_timeout_ms,
+    }
+    log.info("llm compaction configured", extra={"fields": fields})
+    return transport
 
 
 async def _start_http(
@@ -168,9 +198,13 @@ async def start(
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
+    io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    servicer = ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes)
+    servicer = ContextShiftServicer(
+        executor, defaults, inline_request_bytes=config.inline_request_bytes, io_executor=io_executor
+    )
     add_context_service(servicer, server)
+    compaction = _configure_compaction(config)
     services = [SERVICE]
     if config.bench_echo:
         add_echo_service(server)
@@ -213,7 +247,18 @@ async def start(
             }
         },
     )
-    return Server(server, health_servicer, executor, bound, api, http, http_task, http_sock.getsockname()[1])
+    return Server(
+        server,
+        health_servicer,
+        executor,
+        bound,
+        api,
+        http,
+        http_task,
+        http_sock.getsockname()[1],
+        io_executor,
+        compaction,
+    )
 
 
 async def serve(config: ServerConfig, port: int, http_port: int, security: Security) -> None:

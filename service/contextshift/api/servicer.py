@@ -151,25 +151,32 @@ class ContextShiftServicer:
         *,
         inline_request_bytes: int = 0,
         max_generations: int = MAX_GENERATIONS,
+        io_executor: ThreadPoolExecutor | None = None,
     ) -> None:
         self._executor = executor
+        # Shifts whose strategy waits (an LLM endpoint, a plugin) run here, not on the engine threads.
+        self._io_executor = io_executor or executor
         self._defaults = defaults
         self._inline_request_bytes = inline_request_bytes
         self._served_profiles: set[tuple[str, str]] = set()
         self._generations = Generations(max_generations)
 
     async def _run(
-        self, fn: Callable[[], T], request_bytes: int | None = None, profile: tuple[str, str] | None = None
+        self,
+        fn: Callable[[], T],
+        request_bytes: int | None = None,
+        profile: tuple[str, str] | None = None,
+        executor: ThreadPoolExecutor | None = None,
     ) -> T:
-        """Runs `fn` on the engine threads. A request of at most `inline_request_bytes` runs on the
-        event loop instead, once this process has served its `(profile, model)`: for a small
-        request the hop to a thread and back (two wake-ups, and the GIL handed between the threads)
-        costs more than the engine work itself, but a first use loads a vocabulary or a
-        tokenizer.json (up to seconds), which must not stall the loop."""
+        """Runs `fn` on `executor` (default: the engine threads). A request of at most
+        `inline_request_bytes` runs on the event loop instead, once this process has served its
+        `(profile, model)`: for a small request the hop to a thread and back (two wake-ups, and the
+        GIL handed between the threads) costs more than the engine work itself, but a first use
+        loads a vocabulary or a tokenizer.json (up to seconds), which must not stall the loop."""
         small = request_bytes is not None and request_bytes <= self._inline_request_bytes
         if small and profile in self._served_profiles:
             return fn()
-        result = await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+        result = await asyncio.get_running_loop().run_in_executor(executor or self._executor, fn)
         if small and profile is not None and len(self._served_profiles) < MAX_SERVED_PROFILES:
             self._served_profiles.add(profile)
         return result
@@ -177,12 +184,15 @@ class ContextShiftServicer:
     async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
         read, blocks_json = convert.read_shift_request(request, request_type)
-        # Plugin strategies and interceptors may take up to their time limit: never on the loop.
-        inline = runs_inline(read.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
+        # Plugin strategies and interceptors may take up to their time limit, and llm-compact waits
+        # on its endpoint: never on the loop, and the strategies not on the engine threads either.
+        local = runs_inline(read.strategy or DEFAULT_STRATEGY)
+        inline = local and not plugins.interceptors()
         shifted = await self._run(
             functools.partial(convert.shift, read, blocks_json, self._defaults),
             len(request) if inline else None,
             (read.profile, read.model),
+            None if local else self._io_executor,
         )
         stats = call_stats()
         stats.blocks = shifted.blocks

@@ -5,13 +5,20 @@ the registry (registry.py) holds the built-ins below and the plugins' (contextsh
 
 from __future__ import annotations
 
-from contextshift.strategies import clear_tool_results, manual, summarize, truncate, vector_recall
+from contextshift.strategies import (
+    clear_tool_results,
+    llm_compact,
+    manual,
+    summarize,
+    truncate,
+    vector_recall,
+)
 from contextshift.strategies.context import Outcome, Relevance, Rewrite, StrategyContext, Summary
 from contextshift.strategies.registry import StrategyInfo, add, list_strategies, runs_inline, strategy_named
 
 DEFAULT_STRATEGY = "truncate"
 
-for _module in (truncate, summarize, vector_recall, manual, clear_tool_results):
+for _module in (truncate, summarize, vector_recall, manual, clear_tool_results, llm_compact):
     add(_module.INFO)
 
 __all__ = [

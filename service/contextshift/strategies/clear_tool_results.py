@@ -137,4 +137,5 @@ INFO = StrategyInfo(
     ),
     clear_tool_results,
     builtin=True,
+    local=True,
 )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextshift import engine
-from contextshift.diagnostics import Diagnostic
+from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.options import ShiftOptions
 
 Blocks = Sequence[Mapping[str, Any]] | str | bytes
@@ -78,6 +78,10 @@ class Outcome:
     summary: Summary | None = None
     relevance: list[Relevance] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    # Things the caller should know about the strategy's set-up (no compaction endpoint, ...).
+    warnings: list[str] = field(default_factory=list)
+    # What an LLM the strategy called spent.
+    compaction_usage: CompactionUsage | None = None
 
 
 def excluded_for(plan: engine.Plan, groups: Sequence[int], reasons: frozenset[str]) -> list[int]:

@@ -32,4 +32,5 @@ INFO = StrategyInfo(
     (),
     manual,
     builtin=True,
+    local=True,
 )

@@ -25,8 +25,10 @@ class StrategyInfo:
     # Its own options, beyond the common ones (contextshift.options.COMMON).
     options: tuple[OptionSpec, ...]
     run: Callable[[StrategyContext], Outcome]
-    # Built-ins are fast, deterministic and local: a server may run them on its event loop.
+    # Shipped with contextshift (ListStrategies says so).
     builtin: bool = False
+    # Fast, deterministic, without I/O: a server may run its small shifts on its event loop.
+    local: bool = False
 
 
 _lock = threading.Lock()
@@ -81,8 +83,8 @@ def strategy_named(name: str) -> StrategyInfo:
 
 
 def runs_inline(name: str) -> bool:
-    """Whether the strategy `name` is a built-in (fast, local), whose small shifts a server may run
-    on its event loop; an unknown name is False (its error is raised where the shift runs)."""
+    """Whether the strategy `name` is local (fast, no I/O), so a server may run its small shifts on
+    its event loop; an unknown name is False (its error is raised where the shift runs)."""
     with _lock:
         info = _strategies.get(name)
-    return info is not None and info.builtin
+    return info is not None and info.local

@@ -19,6 +19,9 @@ from contextshift.summarizer import extractive
 SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
 # A summary with less room than this would be a header and a few words: not worth its tokens.
 MIN_SUMMARY_TOKENS = 32
+SUMMARY_MAX_TOKENS = OptionSpec(
+    "summary_max_tokens", "int", 512, "the summary block's tokens at most", minimum=MIN_SUMMARY_TOKENS
+)
 
 
 def summary_id(ids: Iterable[str]) -> str:
@@ -108,11 +111,8 @@ INFO = StrategyInfo(
     "summarize",
     "truncate, then a local extractive summary of what was left out (facts kept verbatim) "
     "goes right before the current input",
-    (
-        OptionSpec(
-            "summary_max_tokens", "int", 512, "the summary block's tokens at most", minimum=MIN_SUMMARY_TOKENS
-        ),
-    ),
+    (SUMMARY_MAX_TOKENS,),
     summarize,
     builtin=True,
+    local=True,
 )

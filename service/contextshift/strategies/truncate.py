@@ -17,4 +17,5 @@ INFO = StrategyInfo(
     (),
     truncate,
     builtin=True,
+    local=True,
 )

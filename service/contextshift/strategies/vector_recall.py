@@ -103,4 +103,5 @@ INFO = StrategyInfo(
     ),
     vector_recall,
     builtin=True,
+    local=True,
 )

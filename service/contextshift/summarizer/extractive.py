@@ -120,14 +120,16 @@ def _scores(items: Sequence[_Sentence], query: str) -> list[float]:
     ]
 
 
+def with_facts(text: str, facts_line: Sequence[str]) -> str:
+    """`text` and, when there are facts, the facts line under it."""
+    return f"{text}\n{FACTS_LABEL}{'; '.join(facts_line)}" if facts_line else text
+
+
 def _render(chosen: Sequence[_Sentence], facts_line: Sequence[str]) -> str:
-    lines = [HEADER, *(f"{s.role}: {s.text}" for s in chosen)]
-    if facts_line:
-        lines.append(FACTS_LABEL + "; ".join(facts_line))
-    return "\n".join(lines)
+    return with_facts("\n".join([HEADER, *(f"{s.role}: {s.text}" for s in chosen)]), facts_line)
 
 
-def _recent(turns: Sequence[Turn]) -> list[Turn]:
+def recent(turns: Sequence[Turn]) -> list[Turn]:
     """The most recent turns within MAX_INPUT_CHARS (the last one cut at its start if need be)."""
     kept: list[Turn] = []
     room = MAX_INPUT_CHARS
@@ -145,7 +147,7 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
     if not fits(HEADER):
         return None
     items: list[_Sentence] = []
-    for turn in _recent(turns):
+    for turn in recent(turns):
         # An earlier summary being summarized again: its header is not content.
         for sentence in sentences(turn.text.replace(HEADER, "")):
             text = " ".join(sentence.split())  # one line each; facts are read from this text
@@ -158,15 +160,8 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
 
     # The facts line alone first: when it cannot fit whole, the most recent facts that fit.
     if not fits(_render([], all_facts)):
-        low, high = 0, len(all_facts)  # facts dropped from the oldest end: the least that fits
-        while low < high:
-            middle = (low + high) // 2
-            if fits(_render([], all_facts[middle:])):
-                high = middle
-            else:
-                low = middle + 1
-        text = _render([], all_facts[low:])
-        return SummaryText(text, len(all_facts) - low, len(all_facts))
+        line = fact_spans.recent_that_fit(all_facts, lambda facts: fits(_render([], facts)))
+        return SummaryText(_render([], line), len(line), len(all_facts))
 
     scores = _scores(items, query)
     ranked = sorted(items, key=lambda s: (-scores[s.position], -s.position))[:MAX_CANDIDATES]

@@ -10,7 +10,7 @@ also a path and a number), and returns the facts in order of appearance.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 _MONTH = (
     r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"
@@ -95,3 +95,16 @@ def retained(texts: Iterable[str], summary: str) -> tuple[int, int]:
     """`(kept, total)`: the distinct facts of `texts`, and how many `summary` carries verbatim."""
     found = distinct(f for text in texts for f in extract(text))
     return sum(value(f) in summary for f in found), len(found)
+
+
+def recent_that_fit(facts: Sequence[str], fits: Callable[[Sequence[str]], bool]) -> Sequence[str]:
+    """The longest tail of `facts` (oldest dropped first) that `fits`; `fits` must hold for the
+    empty tail when it holds for none longer."""
+    low, high = 0, len(facts)  # the fewest facts dropped from the oldest end that fits
+    while low < high:
+        middle = (low + high) // 2
+        if fits(facts[middle:]):
+            high = middle
+        else:
+            low = middle + 1
+    return facts[low:]

@@ -174,8 +174,8 @@ class ShiftContextRequest(_message.Message):
     """Tokens kept free for a system prompt the caller does not send; default 0."""
     strategy: _builtins.str
     """The strategy (see ListStrategies): "truncate" (the default when empty), "summarize",
-    "vector-recall", "manual", "clear-tool-results", or a plugin's. Unknown: INVALID_ARGUMENT on
-    field "strategy".
+    "vector-recall", "manual", "clear-tool-results", "llm-compact", or a plugin's. Unknown:
+    INVALID_ARGUMENT on field "strategy".
     """
     output_format: Global___OutputFormat.ValueType
     """The format of `plan.messages`."""
@@ -185,9 +185,13 @@ class ShiftContextRequest(_message.Message):
 
     @_builtins.property
     def options(self) -> _struct_pb2.Struct:
-        """Options: the common ones (max_block_chars, pinned_cap, start_on_user, protect_current_input,
-        target_ratio, plugin_timeout_ms) and the strategy's own (see ListStrategies). An unknown or
-        mistyped option is INVALID_ARGUMENT on field "options.<name>".
+        """Options: the common ones (max_block_chars, tool_result_max_chars, pinned_cap, start_on_user,
+        protect_current_input, target_ratio, plugin_timeout_ms, preset) and the strategy's own (see
+        ListStrategies). An unknown or mistyped option is INVALID_ARGUMENT on field "options.<name>".
+        llm-compact takes "hint" and "compact_model" (a model the server is configured with, or its
+        role "main" or "fast"); the endpoint's URL, key and timeout are the server's settings, and
+        "compact_base_url", "compact_api_key" or "compact_timeout_ms" in a request are
+        INVALID_ARGUMENT on "options.<name>" (a request never chooses what the server connects to).
         """
 
     def __init__(
@@ -384,6 +388,7 @@ class ContextPlan(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
+    COMPACTION_USAGE_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -452,6 +457,13 @@ class ContextPlan(_message.Message):
     def relevance(self) -> _containers.RepeatedCompositeFieldContainer[Global___RelevanceScore]:
         """The blocks a relevance-aware strategy (vector-recall) scored, in block order."""
 
+    @_builtins.property
+    def compaction_usage(self) -> Global___CompactionUsage:
+        """The tokens LLM compaction (strategy llm-compact) spent, as the endpoint reported them; also
+        when its answer could not be used (the plan then fell back to truncate, see diagnostics).
+        Unset when no LLM answered.
+        """
+
     def __init__(
         self,
         *,
@@ -474,14 +486,52 @@ class ContextPlan(_message.Message):
         strategy: _builtins.str = ...,
         summary: Global___SummaryInfo | None = ...,
         relevance: _abc.Iterable[Global___RelevanceScore] | None = ...,
+        compaction_usage: Global___CompactionUsage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "compaction_usage", b"compaction_usage", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextPlan: _TypeAlias = ContextPlan  # noqa: Y015
+
+@_typing.final
+class CompactionUsage(_message.Message):
+    """What a call to the compaction LLM cost."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    COMPLETION_TOKENS_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model called."""
+    prompt_tokens: _builtins.int
+    """The prompt tokens the endpoint reported; unset when it reported none."""
+    completion_tokens: _builtins.int
+    """The completion tokens the endpoint reported; unset when it reported none."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        prompt_tokens: _builtins.int | None = ...,
+        completion_tokens: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_completion_tokens", b"_completion_tokens", "_prompt_tokens", b"_prompt_tokens", "completion_tokens", b"completion_tokens", "prompt_tokens", b"prompt_tokens"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_completion_tokens", b"_completion_tokens", "_prompt_tokens", b"_prompt_tokens", "completion_tokens", b"completion_tokens", "model", b"model", "prompt_tokens", b"prompt_tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__completion_tokens: _TypeAlias = _typing.Literal["completion_tokens"]  # noqa: Y015
+    _WhichOneofArgType__completion_tokens: _TypeAlias = _typing.Literal["_completion_tokens", b"_completion_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__prompt_tokens: _TypeAlias = _typing.Literal["prompt_tokens"]  # noqa: Y015
+    _WhichOneofArgType__prompt_tokens: _TypeAlias = _typing.Literal["_prompt_tokens", b"_prompt_tokens"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__completion_tokens) -> _WhichOneofReturnType__completion_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__prompt_tokens) -> _WhichOneofReturnType__prompt_tokens | None: ...
+
+Global___CompactionUsage: _TypeAlias = CompactionUsage  # noqa: Y015
 
 @_typing.final
 class SummaryInfo(_message.Message):
@@ -572,7 +622,9 @@ class Diagnostic(_message.Message):
     source: _builtins.str
     """Who: "host", "strategy:<name>" or "interceptor:<name>"."""
     event: _builtins.str
-    """A stable event code, e.g. "FALLBACK_TO_TRUNCATE", "PLAN_REJECTED", "GROUP_EXTENDED"."""
+    """A stable event code, e.g. "PLAN_REJECTED", "GROUP_EXTENDED", "LLM_FALLBACK" (llm-compact's
+    LLM failed: the detail gives the cause), "LLM_COMPACTED".
+    """
     detail: _builtins.str
     """A sentence for people; never message content."""
     tokens: _builtins.int
@@ -1375,7 +1427,9 @@ class Strategy(_message.Message):
     """True for a strategy built into contextshift; false for a plugin's."""
     @_builtins.property
     def options(self) -> _containers.RepeatedCompositeFieldContainer[Global___StrategyOption]:
-        """Its own options, beyond the common ones."""
+        """Its own options, beyond the common ones (options a request may not set, such as llm-compact's
+        endpoint URL, are not listed).
+        """
 
     def __init__(
         self,
