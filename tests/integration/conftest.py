@@ -89,10 +89,13 @@ def start_server(
     wait: bool = True,
     env: dict[str, str] | None = None,
     gate: Gate | None = None,
+    store: str | None = None,
 ) -> ServerProcess:
     """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
-    `env`. With `gate`, every engine call waits for the gate to open."""
+    `env`. The store is `store`, or a SQLite file of its own in `tmp_path`. With `gate`, every
+    engine call waits for the gate to open."""
     port = free_port() if port is None else port
+    store = store or f"sqlite:///{tmp_path}/store-{port}.db"
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
     env = clean | (env or {})
@@ -109,6 +112,8 @@ def start_server(
                 "127.0.0.1",
                 "--port",
                 str(port),
+                "--store",
+                store,
                 *flags,
             ],
             stdout=log,

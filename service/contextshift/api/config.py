@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contextshift.audit import DEFAULT_URL as DEFAULT_STORE
+
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
 
 
@@ -96,6 +98,37 @@ SETTINGS = [
         0,
     ),
     Setting(
+        "store",
+        str,
+        DEFAULT_STORE,
+        "CONTEXTSHIFT_STORE",
+        "the store of audits, generations, calibrations, chat history and model configurations: "
+        "sqlite:///<path> (one machine; ?synchronous=full for durability against power loss) or "
+        "postgresql://user:password@host:port/database (replicas)",
+    ),
+    Setting(
+        "audit_messages",
+        bool,
+        True,
+        "CONTEXTSHIFT_AUDIT_MESSAGES",
+        "store the final provider messages in audits (off: ids, tokens and reasons only, no text)",
+    ),
+    Setting(
+        "model_config_file",
+        str,
+        None,
+        "CONTEXTSHIFT_MODEL_CONFIG_FILE",
+        "TOML file of model configurations loaded into the store at start (server-wide defaults)",
+    ),
+    Setting(
+        "generation_retention_hours",
+        int,
+        24,
+        "CONTEXTSHIFT_GENERATION_RETENTION_HOURS",
+        "how long FinishGeneration can find a generation that is no chat's current audit",
+        1,
+    ),
+    Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
     ),
 ]
@@ -117,6 +150,10 @@ class ServerConfig:
     log_level: str
     context_size: int | None
     max_output_tokens: int | None
+    store: str
+    audit_messages: bool
+    model_config_file: str | None
+    generation_retention_hours: int
     bench_echo: bool
 
 

@@ -6,12 +6,17 @@ each child serves on the same port; the kernel spreads connections across them.
 
 On SIGTERM (or SIGINT) a child sets health to NOT_SERVING so balancers stop sending, waits
 `drain_seconds`, then stops accepting calls and gives in-flight ones `grace_seconds` to finish.
+
+The store is checked before anything serves: the parent opens it, applies its migrations, loads
+the model configuration file and closes it again (a bad URL, an unreachable PostgreSQL or a bad
+file is one error line and a non-zero exit). Each serving process then opens its own connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -20,6 +25,7 @@ import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -27,12 +33,17 @@ from grpc_reflection.v1alpha import reflection
 
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2
+from contextshift.api import model_configs
 from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
+from contextshift.audit import open_store, redacted
+from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
 
 log = logging.getLogger("contextshift.api")
+
+PRUNE_INTERVAL_SECONDS = 3600.0
 
 SERVICE = context_service_pb2.DESCRIPTOR.services_by_name["ContextShiftService"].full_name
 ECHO_SERVICE = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name
@@ -47,6 +58,23 @@ def setup_logging(level: str) -> None:
     logger.propagate = False
 
 
+def prune_generations(store: Store, config: ServerConfig) -> None:
+    """Forgets generations past their retention (not a chat's current one)."""
+    pruned = store.prune_generations(now_ms() - config.generation_retention_hours * 3_600_000)
+    if pruned:
+        log.info("pruned generations", extra={"fields": {"generations": pruned}})
+
+
+async def _prune_hourly(store: Store, executor: ThreadPoolExecutor, config: ServerConfig) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(PRUNE_INTERVAL_SECONDS)
+        try:
+            await loop.run_in_executor(executor, prune_generations, store, config)
+        except StoreError as e:
+            log.warning("pruning generations failed", extra={"fields": {"error": str(e)}})
+
+
 @dataclass
 class Server:
     """A started server and what its stop needs."""
@@ -55,19 +83,26 @@ class Server:
     health: health.aio.HealthServicer
     executor: ThreadPoolExecutor
     port: int
+    store: Store
+    pruner: asyncio.Task[None]
 
     async def stop(self, config: ServerConfig) -> None:
-        """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period."""
+        """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period; the
+        store closes once the threads using it are done."""
         log.info("draining", extra={"fields": {"drain_seconds": config.drain_seconds}})
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(config.drain_seconds)
         await self.server.stop(config.grace_seconds)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.pruner.cancel()
+        shutdown = functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
+        await asyncio.get_running_loop().run_in_executor(None, shutdown)
+        self.store.close()
         log.info("stopped")
 
 
 async def start(config: ServerConfig, port: int) -> Server:
-    """Build, bind and start a server; it serves until `Server.stop`."""
+    """Build, bind and start a server; it serves until `Server.stop`. StoreError when the store
+    cannot be opened."""
     server = aio.server(
         interceptors=[ErrorsAndLogging()],
         options=[
@@ -77,10 +112,17 @@ async def start(config: ServerConfig, port: int) -> Server:
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
+    store = open_store(config.store, pool_size=config.engine_threads)
+    await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
-    add_context_service(
-        ContextShiftServicer(executor, defaults, inline_request_bytes=config.inline_request_bytes), server
+    servicer = ContextShiftServicer(
+        executor,
+        defaults,
+        store,
+        inline_request_bytes=config.inline_request_bytes,
+        audit_messages=config.audit_messages,
     )
+    add_context_service(servicer, server)
     services = [SERVICE]
     if config.bench_echo:
         add_echo_service(server)
@@ -93,8 +135,9 @@ async def start(config: ServerConfig, port: int) -> Server:
     await server.start()
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving", extra={"fields": {"host": config.host, "port": bound}})
-    return Server(server, health_servicer, executor, bound)
+    log.info("serving", extra={"fields": {"host": config.host, "port": bound, "store": store.description}})
+    pruner = asyncio.create_task(_prune_hourly(store, executor, config))
+    return Server(server, health_servicer, executor, bound, store, pruner)
 
 
 async def serve(config: ServerConfig, port: int) -> None:
@@ -114,6 +157,44 @@ def _serve_process(config: ServerConfig, port: int) -> int:
     except RuntimeError as e:  # grpc's "Failed to bind": the port is taken or the host is wrong
         log.error("cannot serve", extra={"fields": {"host": config.host, "port": port, "error": str(e)}})
         return 1
+    except StoreError as e:
+        log.error(
+            "cannot open the store", extra={"fields": {"store": redacted(config.store), "error": str(e)}}
+        )
+        return 1
+    return 0
+
+
+def prepare_store(config: ServerConfig) -> int:
+    """Opens the store, applies its migrations, loads the model configuration file into it and
+    prunes old generations, then closes it (before any fork): 0, or the exit code of the error it
+    logged (2 for a bad URL or file, 1 for a store that cannot be reached)."""
+    try:
+        store = open_store(config.store, pool_size=1)
+    except StoreConfigError as e:
+        log.error(
+            "cannot open the store", extra={"fields": {"store": redacted(config.store), "error": str(e)}}
+        )
+        return 2
+    try:
+        version = store.migrate()
+        loaded = []
+        if config.model_config_file:
+            for model_config in model_configs.load_file(Path(config.model_config_file)):
+                store.set_model_config(model_configs.SERVER_WIDE_TENANT, model_config)
+                loaded.append(model_config.model)
+        prune_generations(store, config)
+    except (StoreConfigError, model_configs.ModelConfigFileError) as e:
+        log.error("cannot open the store", extra={"fields": {"store": store.description, "error": str(e)}})
+        return 2
+    except StoreError as e:
+        log.error("cannot open the store", extra={"fields": {"store": store.description, "error": str(e)}})
+        return 1
+    finally:
+        store.close()
+    log.info(
+        "store ready", extra={"fields": {"store": store.description, "schema": version, "models": loaded}}
+    )
     return 0
 
 
@@ -162,6 +243,9 @@ def _run_workers(config: ServerConfig) -> int:
 def run(config: ServerConfig) -> int:
     """Serve with `config`; the process exit code."""
     setup_logging(config.log_level)
+    code = prepare_store(config)
+    if code:
+        return code
     if config.workers > 1:
         return _run_workers(config)
     return _serve_process(config, config.port)
