@@ -32,6 +32,7 @@ class ServerProcess:
     proc: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    store: str  # the store URL
 
     @property
     def address(self) -> str:
@@ -67,9 +68,11 @@ GATED_SERVER = Path(__file__).with_name("gated_server.py")
 
 @dataclass
 class Gate:
-    """Holds every engine call of a gated server (see gated_server.py) until opened."""
+    """Holds every engine call (or store write of a shift, `at="record_shift"`) of a gated server
+    (see gated_server.py) until opened."""
 
     path: Path
+    at: str = "engine"
 
     def wait_entered(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -80,6 +83,11 @@ class Gate:
 
     def open(self) -> None:
         self.path.touch()
+
+    def close(self) -> None:
+        """Holds the next calls again."""
+        self.path.unlink(missing_ok=True)
+        self.path.with_suffix(".entered").unlink(missing_ok=True)
 
 
 def start_server(
@@ -102,6 +110,7 @@ def start_server(
     program = ["-m", "contextshift", "serve"]
     if gate is not None:
         env["CONTEXTSHIFT_TEST_GATE"] = str(gate.path)
+        env["CONTEXTSHIFT_TEST_GATE_AT"] = gate.at
         program = [str(GATED_SERVER)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -120,7 +129,7 @@ def start_server(
             stderr=subprocess.STDOUT,
             env=env,
         )
-    server = ServerProcess(proc, port, log_path)
+    server = ServerProcess(proc, port, log_path, store)
     if wait:
         deadline = time.monotonic() + START_TIMEOUT
         while True:

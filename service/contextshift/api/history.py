@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextshift import engine
-from contextshift.api.errors import invalid
 from contextshift.audit.store import StoredBlock
 from contextshift.errors import FieldViolation, InvalidInput
 
@@ -90,8 +89,6 @@ def appended(
     """The new blocks as AppendBlocks stores them, checked with the history (ids unique over the
     whole chat; errors `rename`d as in `renamed`) and counted under `profile`, reusing the
     history's known counts."""
-    if not new:
-        raise invalid("blocks", "nothing to append: set blocks or blocks_json")
     text = "[" + ",".join([*(b.json for b in history), *new]) + "]"
     try:
         conversation = engine.Conversation.from_json(text, NO_CHAR_CAP)

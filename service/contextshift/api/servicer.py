@@ -401,6 +401,8 @@ class ContextShiftServicer:
         _checked(convert.id_violations("chat_id", request.chat_id))
         if request.blocks and request.blocks_json:
             raise invalid("blocks_json", "set either blocks or blocks_json, not both")
+        if not request.blocks and not request.blocks_json:
+            raise invalid("blocks", "nothing to append: set blocks or blocks_json")
         store = TenantStore(self._store, self._tenant(context))
 
         def append() -> pb.AppendBlocksResponse:
@@ -409,6 +411,8 @@ class ContextShiftServicer:
             ).resolution.profile
             typed = [convert.block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
             new = history.typed_texts(typed) if typed else history.request_texts(request.blocks_json.encode())
+            if not new:
+                raise invalid("blocks_json", "nothing to append: an empty array")
             rename = convert.typed_field if typed else None
             counted: list[StoredBlock] = []
 

@@ -42,6 +42,7 @@ _NAMES: dict[str, ErrorCode] = {
     # Context window.
     "context_length_exceeded": _C.CONTEXT_LENGTH_EXCEEDED,  # OpenAI, Groq, Azure OpenAI
     "contextwindowexceedederror": _C.CONTEXT_LENGTH_EXCEEDED,  # LiteLLM
+    "exceed_context_size_error": _C.CONTEXT_LENGTH_EXCEEDED,  # llama.cpp server
     # Rate limits and quota.
     "rate_limit_exceeded": _C.RATE_LIMITED,  # OpenAI
     "rate_limit_error": _C.RATE_LIMITED,  # Anthropic
@@ -102,7 +103,7 @@ _NAMES: dict[str, ErrorCode] = {
 # Errors some providers tell only in their text. Read, never stored.
 _CONTEXT_MESSAGE = re.compile(
     r"maximum context length"  # OpenAI, vLLM, Mistral
-    r"|context (?:length|window)"
+    r"|context (?:length|window|size)"
     r"|prompt is too long"  # Anthropic
     r"|input token count.*exceeds"  # Gemini
     r"|exceeds the maximum number of tokens"
