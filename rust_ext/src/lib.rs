@@ -408,9 +408,9 @@ impl Conversation {
             .ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))
     }
 
-    /// Block tokens under `profile`. `known` gives a count per block already known for this
-    /// profile (stored with a chat's history), None where not: only the other blocks, and those
-    /// the char cap cut (a known count is of the whole block), are counted.
+    /// Block tokens under `profile`. `known` gives counts already known for this profile (stored
+    /// with a chat's history) for the first blocks, None where not: only the other blocks, and
+    /// those the char cap cut (a known count is of the whole block), are counted.
     #[pyo3(signature = (profile, known=None))]
     fn count(&self, py: Python<'_>, profile: &str, known: Option<Vec<Option<u64>>>) -> PyResult<Counts> {
         guarded(|| {
@@ -419,7 +419,7 @@ impl Conversation {
                 let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
                 return Ok(Counts { profile, tokens });
             };
-            if known.len() != self.blocks.len() {
+            if known.len() > self.blocks.len() {
                 return Err(PyValueError::new_err(format!(
                     "{} known counts for {} blocks",
                     known.len(),
@@ -427,6 +427,7 @@ impl Conversation {
                 )));
             }
             let mut tokens: Vec<Option<u64>> = known;
+            tokens.resize(self.blocks.len(), None);
             for cut in &self.cuts {
                 tokens[cut.index] = None;
             }

@@ -142,8 +142,8 @@ def shift_context(
     `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
     also selects the calibration of an approximate profile, read from `calibration_source` (the
     process's `calibration.DEFAULT` unless given). `known_tokens` gives block tokens already known
-    for the profile (one per block, None where unknown; e.g. stored with a chat's history): only the
-    other blocks are counted, before the independent recount of what is kept. Raises
+    for the profile, for the first blocks (None where unknown; e.g. stored with a chat's history):
+    only the other blocks are counted, before the independent recount of what is kept. Raises
     `InvalidBlocks`, `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not
     fit."""
     opts = ShiftOptions.from_mapping(options)

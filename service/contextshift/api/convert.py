@@ -431,8 +431,7 @@ def shift(
     stored = store.history(request.chat_id, resolution.profile) if request.use_stored_history else ()
     joined: history.Joined | None = None
     if stored:
-        new = history.typed_texts(typed) if request.blocks else history.request_texts(blocks_json or b"[]")
-        joined = history.join(stored, new)
+        joined = history.join(stored, history.typed_texts(typed) if request.blocks else blocks_json or b"[]")
         blocks = joined.json
     try:
         result = contextshift.shift_context(
@@ -446,6 +445,8 @@ def shift(
             known_tokens=joined.known_tokens if joined else None,
         )
     except InvalidInput as e:
+        if joined and any(v.field == "blocks_json" for v in e.violations):
+            history.request_texts(blocks_json)  # the request's own error, at its own offsets
         rename: Callable[[str], str] = typed_field if request.blocks else lambda field: field
         raise history.renamed(e, joined.stored if joined else 0, rename) from e
     plan = engine_plan(result)

@@ -50,17 +50,45 @@ def _is_user(text: str) -> bool:
     return isinstance(block, dict) and block.get("role") == "user"
 
 
-def join(history: Sequence[StoredBlock], new: Sequence[str]) -> Joined:
-    """The history, then the new blocks; a first new block that repeats the history's last user
-    block (the same JSON value) is dropped, with a warning."""
-    warnings = []
-    if history and new and _is_user(history[-1].json) and json.loads(new[0]) == json.loads(history[-1].json):
-        new = new[1:]
-        warnings.append(
-            "blocks[0] repeats the stored history's last user block; the request's copy was dropped"
-        )
-    text = "[" + ",".join([*(b.json for b in history), *new]) + "]"
-    return Joined(text.encode(), [b.tokens for b in history] + [None] * len(new), len(history), warnings)
+def _array_items(blocks_json: bytes) -> str | None:
+    """The text between the brackets of a JSON array (None when the text is not one, or not
+    UTF-8)."""
+    try:
+        text = blocks_json.decode().strip()
+    except UnicodeDecodeError:
+        return None
+    return text[1:-1].strip() if text.startswith("[") and text.endswith("]") else None
+
+
+def _without_repeat(last: str, items: str) -> tuple[str, bool]:
+    """`items` without a first item equal to `last` (the repeated current input)."""
+    try:
+        first, end = json.JSONDecoder().raw_decode(items)
+    except ValueError:
+        return items, False  # the engine reports what is wrong with it
+    if first != json.loads(last):
+        return items, False
+    rest = items[end:].lstrip()
+    return rest.removeprefix(",").lstrip(), True
+
+
+def join(history: Sequence[StoredBlock], new: Sequence[str] | bytes) -> Joined:
+    """The history, then the new blocks (their texts, or a request's JSON array spliced as it
+    came); a first new block that repeats the history's last user block (the same JSON value) is
+    dropped, with a warning. The known tokens are the history's; the engine counts the rest."""
+    if isinstance(new, bytes):
+        items = _array_items(new)
+        if items is None:
+            request_texts(new)  # raises what is wrong with it
+            raise AssertionError("not reached: a JSON array that is not one")
+    else:
+        items = ",".join(new)
+    repeated = False
+    if history and items and _is_user(history[-1].json):
+        items, repeated = _without_repeat(history[-1].json, items)
+    warnings = ["blocks[0] repeats the stored history's last user block; the request's copy was dropped"]
+    text = "[" + ",".join([*(b.json for b in history), *([items] if items else [])]) + "]"
+    return Joined(text.encode(), [b.tokens for b in history], len(history), warnings if repeated else [])
 
 
 def renamed(
@@ -94,5 +122,5 @@ def appended(
         conversation = engine.Conversation.from_json(text, NO_CHAR_CAP)
     except InvalidInput as e:
         raise renamed(e, len(history), rename or (lambda field: field)) from e
-    counts = conversation.count(profile, [b.tokens for b in history] + [None] * len(new))
+    counts = conversation.count(profile, [b.tokens for b in history])
     return [StoredBlock(t, tokens) for t, tokens in zip(new, counts.tokens[len(history) :], strict=True)]
