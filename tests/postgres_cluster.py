@@ -1,6 +1,7 @@
-"""A throwaway PostgreSQL cluster for the tests: Debian's PostgreSQL 15 binaries, a data directory
-in a temporary folder, listening on 127.0.0.1 on a free port, run by a dedicated non-root user
-(PostgreSQL refuses to run as root), stopped and removed at the end of the session.
+"""A throwaway PostgreSQL cluster for the tests: Debian's PostgreSQL server binaries (the newest
+major version installed; 15 on Debian 12), a data directory in a temporary folder, listening on
+127.0.0.1 on a free port, run by a dedicated non-root user (PostgreSQL refuses to run as root),
+stopped and removed at the end of the session.
 
 Missing binaries fail the tests that need them (never a skip): install the `postgresql` package
 (`apt-get install -y postgresql`; `.ci/run` does).
@@ -23,7 +24,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+INSTALLED = Path("/usr/lib/postgresql")  # <major version>/bin/ per installed version
 USER = "contextshift-pg"  # runs the cluster when the tests run as root
 ADMIN = "postgres"  # the cluster's superuser (trust authentication, 127.0.0.1 only)
 
@@ -64,15 +65,23 @@ def _as_cluster_user() -> list[str]:
     return ["runuser", "-u", USER, "--"]
 
 
-@contextmanager
-def running_cluster() -> Iterator[Cluster]:
-    initdb, pg_ctl = BIN / "initdb", BIN / "pg_ctl"
-    if not (initdb.exists() and pg_ctl.exists()):
+def _binaries() -> Path:
+    found = sorted(
+        INSTALLED.glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0
+    )
+    if not found or not found[-1].with_name("initdb").exists():
         pytest.fail(
-            f"PostgreSQL 15 server binaries not found in {BIN}: install the `postgresql` package "
-            "(apt-get install -y postgresql), as .ci/run does",
+            f"PostgreSQL server binaries not found in {INSTALLED}/<version>/bin: install the `postgresql` "
+            "package (apt-get install -y postgresql), as .ci/run does",
             pytrace=False,
         )
+    return found[-1].parent
+
+
+@contextmanager
+def running_cluster() -> Iterator[Cluster]:
+    binaries = _binaries()
+    initdb, pg_ctl = binaries / "initdb", binaries / "pg_ctl"
     prefix = _as_cluster_user()
     base = Path(tempfile.mkdtemp(prefix="contextshift-pg-"))
     if prefix:

@@ -450,3 +450,13 @@ def test_a_forked_process_never_uses_its_parents_sqlite_connection(tmp_path: Pat
     assert store.audit("", "child") is not None
     assert store._connection() is parent_connection
     store.close()
+
+
+def test_missing_postgresql_binaries_fail_with_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import postgres_cluster
+
+    monkeypatch.setattr(postgres_cluster, "INSTALLED", tmp_path)
+    with pytest.raises(pytest.fail.Exception, match="install the `postgresql` package"):
+        postgres_cluster._binaries()

@@ -8,9 +8,9 @@ accepts works. Results come back as `ShiftResult` (with the server's extras), an
 errors are raised as the library's: `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`.
 Other failures (unavailable, deadline, an unknown generation's NOT_FOUND, ...) stay `grpc.RpcError`.
 
-`finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports the provider's
-prompt tokens, which calibrates the model's approximate counts on the server process that served
-the ShiftContext (use the same client).
+`finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports how the
+generation ended and the provider's prompt tokens, which calibrate the model's approximate counts
+(kept in the server's store: any worker or replica takes the report).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class FinishResult:
 
     # True when the reported prompt tokens fed the model's calibration (see the .proto for when not).
     calibration_recorded: bool
-    # The model's calibration on the server process after the call, if it has one.
+    # The model's calibration after the call, if it has one.
     calibration: Calibration | None
 
 

@@ -59,9 +59,9 @@ SETTINGS = [
         int,
         64 * 1024,
         "CONTEXTSHIFT_INLINE_REQUEST_BYTES",
-        "shift and count requests up to this size run on the event loop once their profile is "
-        "loaded, where the thread hop would cost more than their engine work (0: every call on the "
-        "engine threads)",
+        "shift and count requests up to this size that need nothing stored run on the event loop "
+        "once their profile is loaded, where the thread hop would cost more than their engine work "
+        "(0: every call on the engine threads)",
         0,
     ),
     Setting(
