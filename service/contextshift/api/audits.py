@@ -2,9 +2,11 @@
 read back for GetContextAudit; and the guard that keeps a cancelled call from leaving half of one.
 
 The stored payload is the encoded ContextAudit minus what FinishGeneration changes (status, error,
-reported tokens, finish time: the generation's columns), compressed with zstd. Its plan is the
-reply's plan without the kept and excluded lists (`blocks` has every decision in order), and
-without the messages when the server runs with `audit_messages = false`.
+reported tokens, finish time: the generation's columns), compressed as an LZ4 frame: 49 KB of chat
+JSON in about 0.06 ms, to a third of its size, where zstd's fastest level takes twice to three
+times as long (to a fifth) on the path every audited shift waits for. Its plan is the reply's plan
+without the kept and excluded lists (`blocks` has every decision in order), and without the
+messages when the server runs with `audit_messages = false`.
 """
 
 from __future__ import annotations
@@ -12,16 +14,13 @@ from __future__ import annotations
 import threading
 from enum import Enum
 
-import zstandard
+import lz4.frame
 
 from contextshift import engine
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.convert import Shifted, engine_plan, timestamp
 from contextshift.audit.provider_errors import ErrorCode
 from contextshift.audit.store import Generation, Status, StoredAudit
-
-# Level 1: 49 KB of chat JSON in about 0.1 ms, to a fifth of its size (zlib's level 1: 0.3 ms).
-COMPRESSION_LEVEL = 1
 
 STATUSES = {
     Status.PENDING: pb.GENERATION_STATUS_PENDING,
@@ -30,24 +29,6 @@ STATUSES = {
     Status.CANCELLED: pb.GENERATION_STATUS_CANCELLED,
 }
 ERROR_CODES = {code: pb.ProviderErrorCode.Value(f"PROVIDER_ERROR_CODE_{code.value}") for code in ErrorCode}
-
-# zstd contexts are not thread-safe: one per thread.
-_local = threading.local()
-
-
-def _compressor() -> zstandard.ZstdCompressor:
-    if not hasattr(_local, "compressor"):
-        _local.compressor = zstandard.ZstdCompressor(level=COMPRESSION_LEVEL)
-    compressor: zstandard.ZstdCompressor = _local.compressor
-    return compressor
-
-
-def _decompressor() -> zstandard.ZstdDecompressor:
-    if not hasattr(_local, "decompressor"):
-        _local.decompressor = zstandard.ZstdDecompressor()
-    decompressor: zstandard.ZstdDecompressor = _local.decompressor
-    return decompressor
-
 
 def generation(shifted: Shifted[pb.ShiftContextRequest], generation_id: str, created_ms: int) -> Generation:
     """The generation a ShiftContext stores: what FinishGeneration needs to calibrate with."""
@@ -89,12 +70,14 @@ def encode(
             engine_plan(shifted.result).encode_ordered_decisions(pb.ContextAudit.BLOCKS_FIELD_NUMBER),
         ]
     )
-    return _compressor().compress(encoded)
+    compressed: bytes = lz4.frame.compress(encoded)
+    return compressed
 
 
 def decode(stored: StoredAudit) -> pb.ContextAudit:
     """A stored audit as GetContextAudit returns it, with its generation's current status."""
-    audit = pb.ContextAudit.FromString(_decompressor().decompress(stored.payload))
+    encoded: bytes = lz4.frame.decompress(stored.payload)
+    audit = pb.ContextAudit.FromString(encoded)
     g = stored.generation
     audit.status = STATUSES[g.status]
     if g.error_code:

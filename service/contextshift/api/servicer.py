@@ -5,15 +5,17 @@ event loop only moves bytes and the deadline is watched while they work. Request
 their engine work (a fraction of a millisecond) costs less than the hop to a thread, so they run on
 the event loop, to completion.
 
-A shift that names a model, profile, role, chat or stored history reads the store, shifts and
-writes its generation and audit in one call on one thread. A call cancelled by its client or its
-deadline leaves the chat's previous audit, or its own marked CANCELLED (`audits.AuditWrite`).
+A shift that names a model, profile, role or stored history reads the store: it reads, shifts and
+writes its generation and audit in one call on one thread. A shift that only writes (it names a
+chat) shifts as any other, then writes on a thread. A call cancelled by its client or its deadline
+leaves the chat's previous audit, or its own marked CANCELLED (`audits.AuditWrite`).
 
 The tenant of every store call is the caller's (`_tenant`): "" until API keys exist."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -141,16 +143,10 @@ def _stable_counts(profile: str) -> bool:
     return not profile.startswith(profiles.HF_PREFIX) and profile != "llama3"
 
 
-def _needs_store(request: convert.ShiftRequest) -> bool:
+def _reads_store(request: convert.ShiftRequest) -> bool:
     """Whether a shift reads the store: for a model's configuration and calibration (a profile can
-    name a model), the role's model, or the chat's history; or writes it (a chat's audit)."""
-    return bool(
-        request.chat_id
-        or request.model
-        or request.profile
-        or request.model_role
-        or request.use_stored_history
-    )
+    name a model), the role's model, or the chat's history."""
+    return bool(request.model or request.profile or request.model_role or request.use_stored_history)
 
 
 class TenantStore:
@@ -230,38 +226,47 @@ class ContextShiftServicer:
 
     def _read_shift(
         self, request: bytes, request_type: type[convert.R], context: Context
-    ) -> tuple[convert.R, bytes, TenantStore | None]:
-        """The request, its `blocks_json`, and the store when the shift needs it."""
+    ) -> tuple[convert.R, bytes, TenantStore]:
+        """The request, its `blocks_json`, and the store as the caller's tenant sees it."""
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
         read, blocks_json = convert.read_shift_request(request, request_type)
         _checked(convert.id_violations("chat_id", read.chat_id, required=False))
-        return (
-            read,
-            blocks_json,
-            TenantStore(self._store, self._tenant(context)) if _needs_store(read) else None,
-        )
+        return read, blocks_json, TenantStore(self._store, self._tenant(context))
 
     async def ShiftContext(self, request: bytes, context: Context) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
-        `add_context_service`)."""
+        `add_context_service`). A shift that reads the store runs on a thread with its reads and
+        writes; one that only writes (an audit) shifts as one that needs no store (on the event loop
+        when small), then writes on a thread, where compressing and writing mostly run without the
+        GIL."""
         read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest, context)
         _checked(convert.id_violations("generation_id", read.generation_id, required=False))
         generation_id = read.generation_id or convert.uuid7()
-        if store is None:
-            shifted = await self._run(
-                functools.partial(convert.shift, read, blocks_json, self._defaults),
-                len(request),
-                (read.profile, read.model),
-            )
-        else:
-            write = audits.AuditWrite()
-            work = functools.partial(self._shift_and_record, store, read, blocks_json, generation_id, write)
-            try:
+        write = audits.AuditWrite()
+        try:
+            if _reads_store(read):
+                work = functools.partial(
+                    self._shift_and_record, store, read, blocks_json, generation_id, write
+                )
                 shifted = await self._on_thread(work)
-            except asyncio.CancelledError:
-                if write.cancel():  # written, but the reply will not be sent
-                    self._executor.submit(self._mark_cancelled, self._tenant(context), generation_id)
-                raise
+            else:
+                start = time.perf_counter()
+                shifted = await self._run(
+                    functools.partial(convert.shift, read, blocks_json, self._defaults),
+                    len(request),
+                    (read.profile, read.model),
+                )
+                if read.chat_id:
+                    shift_seconds = time.perf_counter() - start
+                    record = functools.partial(
+                        self._record, store, shifted, generation_id, write, shift_seconds
+                    )
+                    await self._on_thread(record)
+        except asyncio.CancelledError:
+            if write.cancel():  # written, but the reply will not be sent
+                with contextlib.suppress(RuntimeError):  # unless the server is stopping
+                    self._executor.submit(self._mark_cancelled, store.tenant, generation_id)
+            raise
         self._report_stats(shifted)
         head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
         return engine.encode_pieces(
@@ -276,20 +281,29 @@ class ContextShiftServicer:
         generation_id: str,
         write: audits.AuditWrite,
     ) -> convert.Shifted[pb.ShiftContextRequest]:
-        """On an engine thread: the shift, and what it stores. With a chat: its generation and
-        audit; without one: its generation when FinishGeneration can calibrate with it."""
+        """On an engine thread: the shift with what it reads from the store, then what it writes."""
         start = time.perf_counter()
         shifted = convert.shift(request, blocks_json, self._defaults, store)
+        self._record(store, shifted, generation_id, write, time.perf_counter() - start - store.read_seconds)
+        return shifted
+
+    def _record(
+        self,
+        store: TenantStore,
+        shifted: convert.Shifted[pb.ShiftContextRequest],
+        generation_id: str,
+        write: audits.AuditWrite,
+        shift_seconds: float,
+    ) -> None:
+        """On an engine thread: what a shift stores. With a chat: its generation and audit;
+        without one: its generation when FinishGeneration can calibrate with it."""
         result = shifted.result
-        if not (request.chat_id or (result.approximate and result.model)):
-            return shifted
+        if not (shifted.request.chat_id or (result.approximate and result.model)):
+            return
         created = now_ms()
         payload = None
-        if request.chat_id:
-            elapsed = time.perf_counter() - start
-            timings = pb.AuditTimings(
-                store_read_ms=store.read_seconds * 1e3, shift_ms=(elapsed - store.read_seconds) * 1e3
-            )
+        if shifted.request.chat_id:
+            timings = pb.AuditTimings(store_read_ms=store.read_seconds * 1e3, shift_ms=shift_seconds * 1e3)
             payload = audits.encode(shifted, generation_id, created, timings, messages=self._audit_messages)
         if write.begin():
             self._store.record_shift(
@@ -297,7 +311,6 @@ class ContextShiftServicer:
             )
             if write.end():  # the call was cancelled while this wrote
                 self._mark_cancelled(store.tenant, generation_id)
-        return shifted
 
     def _mark_cancelled(self, tenant: str, generation_id: str) -> None:
         """A generation whose ShiftContext call was cancelled after its audit was written: its
@@ -312,10 +325,10 @@ class ContextShiftServicer:
         store like ShiftContext, writes nothing."""
         read, blocks_json, store = self._read_shift(request, pb.PreviewContextRequest, context)
         shift = functools.partial(convert.shift, read, blocks_json, self._defaults)
-        if store is None:
-            shifted = await self._run(shift, len(request), (read.profile, read.model))
-        else:
+        if _reads_store(read):
             shifted = await self._on_thread(functools.partial(shift, store))
+        else:
+            shifted = await self._run(shift, len(request), (read.profile, read.model))
         self._report_stats(shifted)
         return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())])
 

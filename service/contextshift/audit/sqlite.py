@@ -10,9 +10,11 @@
   taken at the start, so a read-modify-write never sees its input change underneath, and two writers
   never deadlock upgrading from read to write.
 - `foreign_keys=ON` and the busy timeout (`?busy_timeout_ms=`, default 5000) on every connection.
-- Connections are opened lazily, one per thread, by the process that uses them: a process that
-  forks never hands a connection to its children (a connection found to belong to another process
-  is left alone and replaced).
+- Connections are opened lazily by the process that uses them: one per thread for reads, and one
+  per process for writes, which the process's writers take in turn (SQLite lets one writer at a
+  time in anyway; the one connection keeps its page cache, where connections taking turns would
+  each re-read what the others changed). A process that forks never hands a connection to its
+  children (a connection found to belong to another process is left alone and replaced).
 """
 
 from __future__ import annotations
@@ -68,21 +70,36 @@ class SqliteStore(SqlStore):
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._opened: list[sqlite3.Connection] = []
+        # This process's write connection and the lock its writers take turns with, by pid.
+        self._writer: tuple[int, threading.Lock, sqlite3.Connection] | None = None
 
     @property
     def description(self) -> str:
         return f"sqlite {self.path} (synchronous={self._synchronous})"
 
     def _connection(self) -> sqlite3.Connection:
+        """This thread's connection for reads."""
         mine: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
         if mine is not None and mine[0] == os.getpid():
             return mine[1]
+        connection = self._open()
+        self._local.connection = (os.getpid(), connection)
+        return connection
+
+    def _write_connection(self) -> tuple[threading.Lock, sqlite3.Connection]:
+        """This process's connection for writes, and the lock to hold while using it."""
+        with self._lock:
+            if self._writer is None or self._writer[0] != os.getpid():
+                self._writer = (os.getpid(), threading.Lock(), self._open())
+            return self._writer[1], self._writer[2]
+
+    def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            # Autocommit: every transaction is begun explicitly. Only this thread uses it; `close`
-            # closes it from another, after every user stopped.
+            # Autocommit: every transaction is begun explicitly. One thread at a time uses it;
+            # `close` closes it from another, after every user stopped.
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             connection.execute("PRAGMA journal_mode = WAL")
@@ -90,13 +107,18 @@ class SqliteStore(SqlStore):
             connection.execute("PRAGMA foreign_keys = ON")
         except (sqlite3.Error, OSError) as e:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
-        self._local.connection = (os.getpid(), connection)
         with self._lock:
             self._opened.append(connection)
         return connection
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
-        connection = self._connection()
+        if not write:
+            return self._transaction(self._connection(), work, write=False)
+        lock, connection = self._write_connection()
+        with lock:
+            return self._transaction(connection, work, write=True)
+
+    def _transaction(self, connection: sqlite3.Connection, work: Callable[[Tx], T], *, write: bool) -> T:
         with _unavailable_on_error(self.path):
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
@@ -119,6 +141,7 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         with self._lock:
             opened, self._opened = self._opened, []
+        self._writer = None
         for connection in opened:
             connection.close()
 
