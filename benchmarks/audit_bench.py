@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import itertools
-import json
 import os
 import sys
 import tempfile
@@ -118,12 +117,7 @@ def main(quick: bool = False) -> int:
         f"ShiftContext with and without its audit: {grpc_bench.MESSAGES} messages, {size / 1024:.1f} KiB of JSON"
     )
     rows = run(clients=2, rounds=1 if quick else 6)
-    findings = report(rows)
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "audit.json").write_text(
-        json.dumps({"payload_bytes": size, "rows": rows, "findings": findings}, indent=2)
-    )
+    grpc_bench.save("audit", rows, report(rows))
     return 0
 
 

@@ -204,16 +204,21 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return findings
 
 
+def save(name: str, rows: list[dict[str, Any]], findings: list[str]) -> None:
+    """benchmarks/results/<name>.json: the payload's size, the rows and the findings."""
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    size = len(payload().blocks_json.encode())
+    (out / f"{name}.json").write_text(
+        json.dumps({"payload_bytes": size, "rows": rows, "findings": findings}, indent=2)
+    )
+
+
 def main(quick: bool = False) -> int:
     size = len(payload().blocks_json.encode())
     print(f"gRPC ShiftContext vs echo: {MESSAGES} messages, {size / 1024:.1f} KiB of JSON")
     rows = run([1, 2], clients=2, rounds=1 if quick else 8)
-    findings = report(rows)
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "grpc.json").write_text(
-        json.dumps({"payload_bytes": size, "rows": rows, "findings": findings}, indent=2)
-    )
+    save("grpc", rows, report(rows))
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -157,14 +158,23 @@ def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Gate]]:
     running.terminate()
 
 
+@contextlib.contextmanager
+def serving(tmp_path: Path, *flags: str, **options: Any) -> Iterator[ServerProcess]:
+    """`start_server` for the length of a block; the server must stop cleanly after it."""
+    running = start_server(tmp_path, *flags, **options)
+    try:
+        yield running
+    finally:
+        assert running.terminate() == 0
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One shared server: echo on, room for large requests."""
-    running = start_server(
+    with serving(
         tmp_path_factory.mktemp("server"), "--bench-echo", "--max-request-bytes", str(64 * 1024 * 1024)
-    )
-    yield running
-    assert running.terminate() == 0
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 
-from .conftest import Gate, ServerProcess, free_port, health_status, start_server
+from .conftest import Gate, ServerProcess, free_port, health_status, serving, start_server
 from .test_grpc_service import AS_JSON, TYPED, details, stub, violations, wait_for_log
 
 SECRET = "upstream said: the secret word is papaya"
@@ -30,9 +30,8 @@ SECRET = "upstream said: the secret word is papaya"
 
 @pytest.fixture(scope="module")
 def audited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    running = start_server(tmp_path_factory.mktemp("audited"))
-    yield running
-    assert running.terminate() == 0
+    with serving(tmp_path_factory.mktemp("audited")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import contextshift
 from contextshift._proto.contextshift.v1 import block_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 
-from .conftest import ServerProcess, start_server
+from .conftest import ServerProcess, serving, start_server
 from .test_grpc_service import AS_JSON, TYPED, stub, violations
 
 MODEL_FILE = """
@@ -44,14 +44,9 @@ def configured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     """A server with the budget environment variables and a model configuration file."""
     tmp = tmp_path_factory.mktemp("configured")
     (tmp / "models.toml").write_text(MODEL_FILE)
-    running = start_server(
-        tmp,
-        "--model-config-file",
-        str(tmp / "models.toml"),
-        env={"LLM_CONTEXT_SIZE": "32000", "LLM_MAX_OUTPUT_TOKENS": "8000"},
-    )
-    yield running
-    assert running.terminate() == 0
+    environment = {"LLM_CONTEXT_SIZE": "32000", "LLM_MAX_OUTPUT_TOKENS": "8000"}
+    with serving(tmp, "--model-config-file", str(tmp / "models.toml"), env=environment) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

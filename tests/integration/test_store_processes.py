@@ -10,19 +10,19 @@ import json
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
 import pytest
-from test_store import BACKENDS, store_url
+from test_store import BACKENDS, store_url, threads
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import audits
 from contextshift.audit import open_store
 
-from .conftest import ServerProcess, start_server
+from .conftest import ServerProcess, serving, start_server
 from .test_grpc_service import stub
 
 BLOCKS = 24  # per shift: a system prompt, then turns; the budget keeps about half
@@ -60,13 +60,10 @@ def check_audit(audit: pb.ContextAudit, chat_id: str, sent: set[str]) -> None:
 
 
 @contextmanager
-def servers(tmp_path: Path, url: str, count: int = 2) -> Iterator[list[ServerProcess]]:
-    running = [start_server(tmp_path, store=url) for _ in range(count)]
-    try:
-        yield running
-    finally:
-        for server in running:
-            server.terminate()
+def servers(tmp_path: Path, url: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two server processes over one store."""
+    with serving(tmp_path, store=url) as first, serving(tmp_path, store=url) as second:
+        yield first, second
 
 
 @pytest.fixture(params=BACKENDS)
@@ -178,7 +175,7 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
                         expected = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
                         assert e.code() in expected, (e.code(), e.details())
 
-            run_threads(8, client)
+            threads(8, client)
             audited = 0
             for chat_id in chats:
                 answers = []
@@ -205,24 +202,6 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
         assert store.problems() == []
     finally:
         store.close()
-
-
-def run_threads(n: int, target: Callable[[int], None]) -> None:
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        try:
-            target(i)
-        except BaseException as e:
-            errors.append(e)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(120)
-    if errors:
-        raise errors[0]
 
 
 KILL_ROUNDS = 6
