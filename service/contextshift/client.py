@@ -75,6 +75,10 @@ class FinishResult:
     calibration_recorded: bool
     # The model's calibration after the call, if it has one.
     calibration: Calibration | None
+    # The generation's status after the call: "completed", "failed" or "cancelled".
+    status: str = ""
+    # With "failed": the normalized provider error stored, e.g. "RATE_LIMITED".
+    provider_error_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,27 +202,45 @@ def _profile_info(p: pb.TokenizerProfile) -> ProfileInfo:
     )
 
 
-def _finish_request(
-    generation_id: str, status: str, reported_prompt_tokens: int | None, error_code: str, chat_id: str
-) -> pb.FinishGenerationRequest:
+class FinishArgs(TypedDict, total=False):
+    """Keyword arguments of `finish_generation`."""
+
+    reported_prompt_tokens: int | None
+    # With "failed": what the provider answered, as `{"http_status": 429, "type": ..., "code": ...,
+    # "message": ...}` (any of them); the server stores only the normalized code.
+    provider_error: Mapping[str, Any] | None
+    error_code: str  # deprecated: use provider_error
+    chat_id: str
+    timeout: float | None
+
+
+def _finish_request(generation_id: str, status: str, args: FinishArgs) -> pb.FinishGenerationRequest:
     if status not in GENERATION_STATUSES:
         raise InvalidOptions(
             [("status", f"unknown status {status!r} (one of {', '.join(GENERATION_STATUSES)})")]
         )
+    error = args.get("provider_error")
     return pb.FinishGenerationRequest(
-        chat_id=chat_id,
+        chat_id=args.get("chat_id", ""),
         generation_id=generation_id,
         status=GENERATION_STATUSES[status],
-        error_code=error_code,
-        reported_prompt_tokens=reported_prompt_tokens,
+        error_code=args.get("error_code", ""),
+        reported_prompt_tokens=args.get("reported_prompt_tokens"),
+        provider_error=pb.ProviderError(**error) if error is not None else None,
     )
+
+
+_STATUS_NAMES = {value: name for name, value in GENERATION_STATUSES.items()}
 
 
 def _finish_result(response: pb.FinishGenerationResponse) -> FinishResult:
     c = response.calibration
+    code = pb.ProviderErrorCode.Name(response.provider_error_code).removeprefix("PROVIDER_ERROR_CODE_")
     return FinishResult(
         response.calibration_recorded,
         Calibration(c.model, c.factor, c.samples) if response.HasField("calibration") else None,
+        _STATUS_NAMES.get(response.status, ""),
+        None if code == "UNSPECIFIED" else code,
     )
 
 
@@ -296,20 +318,14 @@ class Client:
         return [_profile_info(p) for p in response.profiles]
 
     def finish_generation(
-        self,
-        generation_id: str,
-        status: str = "completed",
-        *,
-        reported_prompt_tokens: int | None = None,
-        error_code: str = "",
-        chat_id: str = "",
-        timeout: float | None = None,
+        self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
     ) -> FinishResult:
-        """Reports how a generation ended ("completed", "failed" with `error_code`, "cancelled") and
-        the provider's prompt tokens, which calibrate the model's approximate counts."""
-        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        """Reports how a generation ended ("completed", "failed" with `provider_error`,
+        "cancelled") and the provider's prompt tokens, which calibrate the model's approximate
+        counts; see `FinishArgs`."""
+        request = _finish_request(generation_id, status, args)
         try:
-            return _finish_result(self._stub.FinishGeneration(request, timeout=timeout))
+            return _finish_result(self._stub.FinishGeneration(request, timeout=args.get("timeout")))
         except grpc.RpcError as e:
             raise library_error(e) from e
 
@@ -364,17 +380,10 @@ class AsyncClient:
         return [_profile_info(p) for p in response.profiles]
 
     async def finish_generation(
-        self,
-        generation_id: str,
-        status: str = "completed",
-        *,
-        reported_prompt_tokens: int | None = None,
-        error_code: str = "",
-        chat_id: str = "",
-        timeout: float | None = None,
+        self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
     ) -> FinishResult:
-        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        request = _finish_request(generation_id, status, args)
         try:
-            return _finish_result(await self._stub.FinishGeneration(request, timeout=timeout))
+            return _finish_result(await self._stub.FinishGeneration(request, timeout=args.get("timeout")))
         except grpc.RpcError as e:
             raise library_error(e) from e

@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
+import contextshift
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 
@@ -495,3 +496,19 @@ def test_bad_input_gets_its_documented_status(channel: grpc.Channel) -> None:
         .DeleteModelConfig(pb.DeleteModelConfigRequest(model="no-such-model"), timeout=10)
         .deleted
     )
+
+
+def test_the_python_client_reports_provider_errors(channel: grpc.Channel) -> None:
+    client = contextshift.Client(channel=channel)  # not closed: the channel is the module's
+    chat_id = chat()
+    result = client.shift_context(AS_JSON, chat_id=chat_id, model="claude-sonnet-4-5")
+    finished = client.finish_generation(
+        result.generation_id,
+        "failed",
+        chat_id=chat_id,
+        provider_error={"http_status": 429, "type": "rate_limit_error", "message": SECRET},
+        reported_prompt_tokens=result.prompt_tokens,
+    )
+    assert (finished.status, finished.provider_error_code) == ("failed", "RATE_LIMITED")
+    assert finished.calibration_recorded
+    assert client.finish_generation(result.generation_id, "failed").provider_error_code == "RATE_LIMITED"

@@ -30,6 +30,7 @@ STATUSES = {
 }
 ERROR_CODES = {code: pb.ProviderErrorCode.Value(f"PROVIDER_ERROR_CODE_{code.value}") for code in ErrorCode}
 
+
 def generation(shifted: Shifted[pb.ShiftContextRequest], generation_id: str, created_ms: int) -> Generation:
     """The generation a ShiftContext stores: what FinishGeneration needs to calibrate with."""
     result = shifted.result
