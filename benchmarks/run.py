@@ -1,7 +1,9 @@
 """Benchmark suite: `make benchmark` (or `python benchmarks/run.py [--quick]`).
 
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
-bpe-openai, splintr-rs) and the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo).
+bpe-openai, splintr-rs), the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo)
+and the audit benchmark (benchmarks/audit_bench.py: ShiftContext with and without its audit, SQLite
+and PostgreSQL).
 
 Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
 through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
@@ -26,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import counting, grpc_bench  # noqa: E402
+from benchmarks import audit_bench, counting, grpc_bench  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 
@@ -111,7 +113,9 @@ def main() -> int:
     print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
     print()
-    return grpc_bench.main(args.quick)
+    grpc_bench.main(args.quick)
+    print()
+    return audit_bench.main(args.quick)
 
 
 if __name__ == "__main__":
