@@ -18,6 +18,7 @@ beside the targets.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import statistics
@@ -48,6 +49,7 @@ ROUND_SECONDS = 1.0  # each RPC's slice of a round
 TEXT_CHARS = 170  # each message's text is cut to this, for a ~40 KB chat
 
 
+@functools.cache
 def payload() -> context_service_pb2.ShiftContextRequest:
     blocks = generate(MESSAGES)
     for block in blocks:
@@ -62,7 +64,8 @@ METHODS = {
 }
 
 
-def _calls(channel: grpc.Channel, request: context_service_pb2.ShiftContextRequest) -> dict[str, Call]:
+def _calls(channel: grpc.Channel) -> dict[str, Call]:
+    request = payload()
     echo = echo_service_pb2_grpc.EchoServiceStub(channel)
     shift = context_service_pb2_grpc.ContextShiftServiceStub(channel)
     echo_request = echo_service_pb2.EchoRequest(payload=request)
@@ -74,27 +77,32 @@ def _calls(channel: grpc.Channel, request: context_service_pb2.ShiftContextReque
     }
 
 
-def _client(address: str, connections: int, rounds: int, start: Any, results: Any) -> None:
+# The calls a client measures, by name, over one channel; a module-level function (client
+# processes are spawned, and get it by reference).
+CallsFactory = Callable[[grpc.Channel], dict[str, Call]]
+
+
+def _client(
+    address: str, connections: int, rounds: int, start: Any, results: Any, make_calls: CallsFactory
+) -> None:
     """One client process: `rounds` rounds in which each RPC in turn, in step with the other
     clients, is called back to back for a second, round-robin over `connections` connections.
     Interleaving the RPCs gives them the same machine conditions over time, and using the same
     connections gives them the same spread of connections over the worker processes (the kernel
     assigns each connection to a worker once)."""
-    request = payload()
     # A local subchannel pool: each channel opens its own connection.
     channels = [
         grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
         for _ in range(connections)
     ]
     try:
-        per_rpc = {
-            rpc: [calls[rpc] for calls in (_calls(channel, request) for channel in channels)] for rpc in RPCS
-        }
+        made = [make_calls(channel) for channel in channels]
+        per_rpc = {rpc: [calls[rpc] for calls in made] for rpc in made[0]}
         for _ in range(10):  # warm the connections and the server's caches
             for calls in per_rpc.values():
                 for call in calls:
                     call()
-        latencies: dict[str, list[float]] = {rpc: [] for rpc in RPCS}
+        latencies: dict[str, list[float]] = {rpc: [] for rpc in per_rpc}
         for _ in range(rounds):
             for rpc, calls in per_rpc.items():
                 start.wait()
@@ -116,41 +124,53 @@ def _split(server: ServerProcess, rpc: str) -> str:
     return "/".join(f"{100 * n / total:.0f}" for n in sorted(pids.values(), reverse=True))
 
 
-def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, Any]]:
+def measure(
+    server: ServerProcess, make_calls: CallsFactory, clients: int, connections: int, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Runs `clients` client processes against `server` (see `_client`); per RPC: calls, p50 and
+    p99 latency, QPS."""
     context = multiprocessing.get_context("spawn")  # no gRPC state is inherited by the clients
+    start, results = context.Barrier(clients), context.Queue()
+    procs = [
+        context.Process(
+            target=_client, args=(server.address, connections, rounds, start, results, make_calls)
+        )
+        for _ in range(clients)
+    ]
+    for p in procs:
+        p.start()
+    seconds = rounds * ROUND_SECONDS  # per RPC
+    latencies: dict[str, list[float]] = {}
+    for _ in range(clients):
+        for rpc, found in results.get(timeout=10 * seconds + 120).items():
+            latencies.setdefault(rpc, []).extend(found)
+    for p in procs:
+        p.join(30)
+    measured = {}
+    for rpc, found in latencies.items():
+        ordered = sorted(found)
+        measured[rpc] = {
+            "calls": len(ordered),
+            "p50_ms": statistics.median(ordered) * 1e3,
+            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
+            "qps": len(ordered) / seconds,
+        }
+    return measured
+
+
+def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for workers in workers_list:
             server = start_server(Path(tmp), "--bench-echo", "--workers", str(workers))
             try:
                 server.wait_serving(workers)
-                start, results = context.Barrier(clients), context.Queue()
-                procs = [
-                    context.Process(target=_client, args=(server.address, workers, rounds, start, results))
-                    for _ in range(clients)
-                ]
-                for p in procs:
-                    p.start()
-                seconds = rounds * ROUND_SECONDS  # per RPC
-                latencies: dict[str, list[float]] = {rpc: [] for rpc in RPCS}
-                for _ in range(clients):
-                    for rpc, found in results.get(timeout=len(RPCS) * seconds + 120).items():
-                        latencies[rpc].extend(found)
-                for p in procs:
-                    p.join(30)
+                measured = measure(server, _calls, clients, workers, rounds)
                 for rpc in RPCS:
-                    ordered = sorted(latencies[rpc])
                     rows.append(
-                        {
-                            "workers": workers,
-                            "clients": clients,
-                            "rpc": rpc,
-                            "calls": len(ordered),
-                            "p50_ms": statistics.median(ordered) * 1e3,
-                            "p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3,
-                            "qps": len(ordered) / seconds,
-                            "split": _split(server, rpc),
-                        }
+                        {"workers": workers, "clients": clients, "rpc": rpc}
+                        | measured[rpc]
+                        | {"split": _split(server, rpc)}
                     )
             finally:
                 server.terminate()
@@ -184,16 +204,21 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return findings
 
 
+def save(name: str, rows: list[dict[str, Any]], findings: list[str]) -> None:
+    """benchmarks/results/<name>.json: the payload's size, the rows and the findings."""
+    out = ROOT / "benchmarks" / "results"
+    out.mkdir(exist_ok=True)
+    size = len(payload().blocks_json.encode())
+    (out / f"{name}.json").write_text(
+        json.dumps({"payload_bytes": size, "rows": rows, "findings": findings}, indent=2)
+    )
+
+
 def main(quick: bool = False) -> int:
     size = len(payload().blocks_json.encode())
     print(f"gRPC ShiftContext vs echo: {MESSAGES} messages, {size / 1024:.1f} KiB of JSON")
     rows = run([1, 2], clients=2, rounds=1 if quick else 8)
-    findings = report(rows)
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "grpc.json").write_text(
-        json.dumps({"payload_bytes": size, "rows": rows, "findings": findings}, indent=2)
-    )
+    save("grpc", rows, report(rows))
     return 0
 
 

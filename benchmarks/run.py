@@ -2,8 +2,9 @@
 
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
 bpe-openai, splintr-rs), the facts kept by `summarize` (benchmarks/facts.py), the prompt prefix
-changes by `target_ratio` vs LangChain (benchmarks/hysteresis.py) and the end-to-end gRPC benchmark
-(benchmarks/grpc_bench.py: ShiftContext vs echo).
+changes by `target_ratio` vs LangChain (benchmarks/hysteresis.py), the end-to-end gRPC benchmark
+(benchmarks/grpc_bench.py: ShiftContext vs echo) and the audit benchmark (benchmarks/audit_bench.py:
+ShiftContext with and without its audit, SQLite and PostgreSQL).
 
 Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
 through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import counting, facts, grpc_bench, hysteresis  # noqa: E402
+from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 
@@ -117,7 +118,9 @@ def main() -> int:
     print()
     hysteresis.main(args.quick)  # prompt prefix changes by target_ratio (benchmarks/hysteresis.py)
     print()
-    return grpc_bench.main(args.quick)
+    grpc_bench.main(args.quick)
+    print()
+    return audit_bench.main(args.quick)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-# tests/reference and tests/conversations.py are imported as top-level modules.
+# tests/reference, tests/conversations.py and tests/postgres_cluster.py are imported as top-level
+# modules.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from postgres_cluster import Cluster, running_cluster
 
 _COMMON = settings(
     deadline=None,
@@ -29,6 +32,14 @@ settings.register_profile("default", _COMMON, derandomize=True, database=None)
 settings.register_profile("thorough", _COMMON, derandomize=True, database=None)
 settings.register_profile("random", _COMMON, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Cluster]:
+    """A PostgreSQL cluster of the test session's own (see tests/postgres_cluster.py)."""
+    with running_cluster() as cluster:
+        yield cluster
+
 
 from fake_llm import FakeLlm  # noqa: E402  (on the path inserted above)
 

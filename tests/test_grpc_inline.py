@@ -1,6 +1,7 @@
-"""Where the servicer runs the engine: a small request on the event loop once its process has served
-its profile and model, a first use (which may load a vocabulary) and a large request on the
-engine threads. In process, with an executor that counts what it is handed."""
+"""Where the servicer runs the engine: a small request that needs nothing stored on the event loop
+once its process has served its profile, a first use (which may load a vocabulary), a large request
+and a request that reads the store (it names a model or a profile) on the engine threads. In
+process, with an executor that counts what it is handed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import interceptors
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.servicer import ContextShiftServicer
+from contextshift.audit.sqlite import SqliteStore
 from contextshift.errors import InvalidOptions
 
 INLINE_BYTES = 4096
@@ -37,12 +40,24 @@ def executor() -> Iterator[CountingExecutor]:
         yield counting
 
 
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    opened = SqliteStore(tmp_path / "store.db")
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
 def blocks_json(chars: int) -> str:
     return json.dumps([{"role": "user", "content": "x" * chars}])
 
 
-def test_small_requests_run_inline_once_their_profile_was_served(executor: CountingExecutor) -> None:
-    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=INLINE_BYTES)
+def test_small_requests_run_inline_once_their_profile_was_served(
+    executor: CountingExecutor, store: SqliteStore
+) -> None:
+    servicer = ContextShiftServicer(
+        executor, BudgetDefaults(None, None), store, inline_request_bytes=INLINE_BYTES
+    )
 
     async def handed(**fields: Any) -> int:
         """How many calls the executor was handed after one ShiftContext with these fields."""
@@ -55,10 +70,11 @@ def test_small_requests_run_inline_once_their_profile_was_served(executor: Count
         small = blocks_json(100)
         assert await handed(blocks_json=small) == 1  # first use of (heuristic, no model): a thread
         assert await handed(blocks_json=small) == 1  # then inline
-        assert await handed(blocks_json=small, model="gpt-4o") == 2  # another pair: a thread first
-        assert await handed(blocks_json=small, model="gpt-4o") == 2
-        assert await handed(blocks_json=blocks_json(2 * INLINE_BYTES)) == 3  # large: always a thread
-        for expected in (4, 5):  # a profile that does not load is never marked served
+        assert await handed(blocks_json=blocks_json(2 * INLINE_BYTES)) == 2  # large: always a thread
+        # A model's configuration and calibration are read from the store: on a thread, always.
+        assert await handed(blocks_json=small, model="gpt-4o") == 3
+        assert await handed(blocks_json=small, model="gpt-4o") == 4
+        for expected in (5, 6):  # so is a profile (it may name a model), which may not load
             with pytest.raises(InvalidOptions):
                 await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
             assert executor.handed == expected
@@ -66,8 +82,10 @@ def test_small_requests_run_inline_once_their_profile_was_served(executor: Count
     asyncio.run(scenario())
 
 
-def test_inline_off_runs_everything_on_the_engine_threads(executor: CountingExecutor) -> None:
-    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), inline_request_bytes=0)
+def test_inline_off_runs_everything_on_the_engine_threads(
+    executor: CountingExecutor, store: SqliteStore
+) -> None:
+    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), store, inline_request_bytes=0)
 
     async def scenario() -> None:
         interceptors.begin_call_stats()

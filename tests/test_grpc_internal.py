@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,10 +23,12 @@ def panicking_shift(*args: Any, **kwargs: Any) -> Any:
 
 
 def test_engine_panic_is_internal_with_a_log_line(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(contextshift, "shift_context", panicking_shift)
-    settings = config.load({"drain_seconds": 0, "http_port": 0}, env={})
+    settings = config.load(
+        {"drain_seconds": 0, "http_port": 0, "store": f"sqlite:///{tmp_path}/store.db"}, env={}
+    )
 
     async def call() -> tuple[grpc.StatusCode, str]:
         running = await server.start(settings, 0)

@@ -326,6 +326,33 @@ impl Plan {
         }
         PyBytes::new(py, &out)
     }
+
+    /// Every block's decision in input order, as protobuf wire bytes: the repeated message field
+    /// `field` of `{string id = 1; int64 tokens = 2; string reason = 3; bool kept = 4}`
+    /// (`contextshift.v1.AuditBlock`), the order `ordered_decisions` gives. What an audit records,
+    /// with no Python object per block.
+    fn encode_ordered_decisions<'py>(&self, py: Python<'py>, field: u32) -> PyResult<Bound<'py, PyBytes>> {
+        guarded(|| {
+            let blocks = &self.conversation.get().blocks;
+            let mut kept = vec![false; blocks.len()];
+            for &i in &self.kept {
+                kept[i] = true;
+            }
+            let mut out = Vec::with_capacity(blocks.len() * 34);
+            let mut message = Vec::with_capacity(64);
+            for (i, block) in blocks.iter().enumerate() {
+                message.clear();
+                wire::put_bytes(&mut message, 1, block.id.as_bytes());
+                wire::put_varint(&mut message, 2, self.tokens[i]);
+                wire::put_bytes(&mut message, 3, self.reasons[i].as_str().as_bytes());
+                if kept[i] {
+                    wire::put_varint(&mut message, 4, 1);
+                }
+                wire::put_bytes(&mut out, field, &message);
+            }
+            Ok(PyBytes::new(py, &out))
+        })
+    }
 }
 
 impl Conversation {
@@ -479,11 +506,45 @@ impl Conversation {
             .ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))
     }
 
-    fn count(&self, py: Python<'_>, profile: &str) -> PyResult<Counts> {
+    /// Block tokens under `profile`. `known` gives counts already known for this profile (stored
+    /// with a chat's history) for the first blocks, None where not: only the other blocks, and
+    /// those the char cap cut (a known count is of the whole block), are counted.
+    #[pyo3(signature = (profile, known=None))]
+    fn count(&self, py: Python<'_>, profile: &str, known: Option<Vec<Option<u64>>>) -> PyResult<Counts> {
         guarded(|| {
             let profile = profile_named(py, profile)?;
-            let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
-            Ok(Counts { profile, tokens })
+            let Some(known) = known else {
+                let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
+                return Ok(Counts { profile, tokens });
+            };
+            if known.len() > self.blocks.len() {
+                return Err(PyValueError::new_err(format!(
+                    "{} known counts for {} blocks",
+                    known.len(),
+                    self.blocks.len()
+                )));
+            }
+            let mut tokens: Vec<Option<u64>> = known;
+            tokens.resize(self.blocks.len(), None);
+            for cut in &self.cuts {
+                tokens[cut.index] = None;
+            }
+            let missing: Vec<usize> = (0..tokens.len()).filter(|&i| tokens[i].is_none()).collect();
+            let counted =
+                py.detach(|| count_blocks(&profile, &missing.iter().map(|&i| &self.blocks[i]).collect::<Vec<_>>()));
+            for (&i, count) in missing.iter().zip(counted) {
+                tokens[i] = Some(count);
+            }
+            Ok(Counts { profile, tokens: tokens.into_iter().map(|t| t.unwrap_or_default()).collect() })
+        })
+    }
+
+    /// The given blocks' own JSON text from the input, as it came (before any char cap cut), for
+    /// a conversation read by `from_json`.
+    fn json_texts(&self, indices: Vec<usize>) -> PyResult<Vec<&str>> {
+        guarded(|| {
+            let json = self.json_source()?;
+            indices.iter().map(|&i| json.block_text(i)).collect()
         })
     }
 

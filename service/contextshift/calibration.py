@@ -8,8 +8,10 @@ broken report moves the factor by at most `ALPHA` of the way to a bound), and th
 stays in [0.5, 2.0]. Exact profiles are never calibrated: `shift_context` applies the factor only
 when the profile is approximate.
 
-State is in memory, per process, for at most `MAX_MODELS` models (least recently updated out
-first). Thread-safe.
+`Calibrator` keeps the state in memory, per process, for at most `MAX_MODELS` models (least
+recently updated out first), thread-safe: what the library uses by default. The server keeps it in
+its store instead (per tenant and model, shared by every worker and replica) and passes its own
+`CalibrationSource` to `shift_context`; both apply `update`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 MIN_FACTOR = 0.5
 MAX_FACTOR = 2.0
@@ -39,6 +42,28 @@ def _clamp(ratio: float) -> float:
     return min(MAX_FACTOR, max(MIN_FACTOR, ratio))
 
 
+def update(
+    previous: Calibration | None, model: str, estimated: int, reported: int, alpha: float = ALPHA
+) -> Calibration | None:
+    """The calibration after one report: `estimated` is the raw (uncalibrated) prompt-token count
+    contextshift computed for the prompt, `reported` the provider's count for the same prompt. None
+    when the report carries no information (an empty model name, or a count that is not
+    positive)."""
+    if not model or estimated <= 0 or reported <= 0:
+        return None
+    before = previous or Calibration(model, 1.0, 0)
+    factor = _clamp(before.factor + alpha * (_clamp(reported / estimated) - before.factor))
+    return Calibration(model, factor, before.samples + 1)
+
+
+class CalibrationSource(Protocol):
+    """Where a shift reads a model's factor: a `Calibrator`, or the server's store."""
+
+    def factor(self, model: str | None) -> float:
+        """The factor for `model`: 1.0 until a report arrives."""
+        ...
+
+
 class Calibrator:
     def __init__(self, *, alpha: float = ALPHA, max_models: int = MAX_MODELS) -> None:
         if not 0.0 < alpha <= 1.0:
@@ -51,19 +76,13 @@ class Calibrator:
         self._state: OrderedDict[str, Calibration] = OrderedDict()
 
     def record(self, model: str, estimated: int, reported: int) -> Calibration | None:
-        """Feeds one report: `estimated` is the raw (uncalibrated) prompt-token count contextshift
-        computed for the prompt, `reported` the provider's count for the same prompt. Returns the
-        model's new calibration, or None when the report carries no information (an empty model
-        name, or a count that is not positive)."""
-        if not model or estimated <= 0 or reported <= 0:
-            return None
-        ratio = _clamp(reported / estimated)
+        """Feeds one report (see `update`); returns the model's new calibration, or None when the
+        report carries no information."""
         with self._lock:
-            previous = self._state.pop(model, None)
-            if previous is None:
-                previous = Calibration(model, 1.0, 0)
-            factor = _clamp(previous.factor + self._alpha * (ratio - previous.factor))
-            updated = Calibration(model, factor, previous.samples + 1)
+            updated = update(self._state.get(model), model, estimated, reported, self._alpha)
+            if updated is None:
+                return None
+            self._state.pop(model, None)  # most recently updated last
             self._state[model] = updated
             while len(self._state) > self._max_models:
                 self._state.popitem(last=False)
@@ -106,10 +125,10 @@ def raw_budget(budget: int, factor: float) -> int:
     return raw
 
 
-# The calibrator of this process: shifts read it, FinishGeneration feeds it.
+# The library's calibrator: shifts read it unless given another source (the server gives its store).
 DEFAULT = Calibrator()
 
 
 def record(model: str, estimated: int, reported: int) -> Calibration | None:
-    """`DEFAULT.record`: what FinishGeneration calls with a provider's reported prompt tokens."""
+    """`DEFAULT.record`: feeds a provider's reported prompt tokens to the library's calibration."""
     return DEFAULT.record(model, estimated, reported)

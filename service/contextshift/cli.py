@@ -328,10 +328,11 @@ def _audit(args: argparse.Namespace) -> int:
     console = stdout()
     console.print(decision_table(audit_rows(audit)))
     kept = sum(b.kept for b in audit.blocks)
-    approx = " (approximate)" if audit.approximate else ""
+    plan = audit.plan
+    approx = " (approximate)" if plan.approximate else ""
     console.print(
         f"chat {audit.chat_id}, generation {audit.generation_id}: {kept} kept, {len(audit.blocks) - kept} "
-        f"excluded; prompt {audit.prompt_tokens} tokens, profile {audit.profile}{approx}; "
+        f"excluded; prompt {plan.prompt_tokens} of {plan.budget} tokens, profile {plan.profile}{approx}; "
         f"{audit.provider} {audit.model}; status {pb.GenerationStatus.Name(audit.status)}"
     )
     return 0

@@ -12,9 +12,9 @@ A server with API keys needs `api_key=` (sent as `authorization: Bearer <key>` o
 with TLS needs `credentials=grpc.ssl_channel_credentials(...)` (with a client certificate for mutual
 TLS).
 
-`finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports the provider's
-prompt tokens, which calibrates the model's approximate counts on the server process that served
-the ShiftContext (use the same client).
+`finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports how the
+generation ended and the provider's prompt tokens, which calibrate the model's approximate counts
+(kept in the server's store: any worker or replica takes the report).
 """
 
 from __future__ import annotations
@@ -79,8 +79,12 @@ class FinishResult:
 
     # True when the reported prompt tokens fed the model's calibration (see the .proto for when not).
     calibration_recorded: bool
-    # The model's calibration on the server process after the call, if it has one.
+    # The model's calibration after the call, if it has one.
     calibration: Calibration | None
+    # The generation's status after the call: "completed", "failed" or "cancelled".
+    status: str = ""
+    # With "failed": the normalized provider error stored, e.g. "RATE_LIMITED".
+    provider_error_code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -263,27 +267,45 @@ def _profile_info(p: pb.TokenizerProfile) -> ProfileInfo:
     )
 
 
-def _finish_request(
-    generation_id: str, status: str, reported_prompt_tokens: int | None, error_code: str, chat_id: str
-) -> pb.FinishGenerationRequest:
+class FinishArgs(TypedDict, total=False):
+    """Keyword arguments of `finish_generation`."""
+
+    reported_prompt_tokens: int | None
+    # With "failed": what the provider answered, as `{"http_status": 429, "type": ..., "code": ...,
+    # "message": ...}` (any of them); the server stores only the normalized code.
+    provider_error: Mapping[str, Any] | None
+    error_code: str  # deprecated: use provider_error
+    chat_id: str
+    timeout: float | None
+
+
+def _finish_request(generation_id: str, status: str, args: FinishArgs) -> pb.FinishGenerationRequest:
     if status not in GENERATION_STATUSES:
         raise InvalidOptions(
             [("status", f"unknown status {status!r} (one of {', '.join(GENERATION_STATUSES)})")]
         )
+    error = args.get("provider_error")
     return pb.FinishGenerationRequest(
-        chat_id=chat_id,
+        chat_id=args.get("chat_id", ""),
         generation_id=generation_id,
         status=GENERATION_STATUSES[status],
-        error_code=error_code,
-        reported_prompt_tokens=reported_prompt_tokens,
+        error_code=args.get("error_code", ""),
+        reported_prompt_tokens=args.get("reported_prompt_tokens"),
+        provider_error=pb.ProviderError(**error) if error is not None else None,
     )
+
+
+_STATUS_NAMES = {value: name for name, value in GENERATION_STATUSES.items()}
 
 
 def _finish_result(response: pb.FinishGenerationResponse) -> FinishResult:
     c = response.calibration
+    code = pb.ProviderErrorCode.Name(response.provider_error_code).removeprefix("PROVIDER_ERROR_CODE_")
     return FinishResult(
         response.calibration_recorded,
         Calibration(c.model, c.factor, c.samples) if response.HasField("calibration") else None,
+        _STATUS_NAMES.get(response.status, ""),
+        None if code == "UNSPECIFIED" else code,
     )
 
 
@@ -394,21 +416,15 @@ class Client:
         return _strategies(self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
 
     def finish_generation(
-        self,
-        generation_id: str,
-        status: str = "completed",
-        *,
-        reported_prompt_tokens: int | None = None,
-        error_code: str = "",
-        chat_id: str = "",
-        timeout: float | None = None,
+        self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
     ) -> FinishResult:
-        """Reports how a generation ended ("completed", "failed" with `error_code`, "cancelled") and
-        the provider's prompt tokens, which calibrate the model's approximate counts."""
-        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        """Reports how a generation ended ("completed", "failed" with `provider_error`,
+        "cancelled") and the provider's prompt tokens, which calibrate the model's approximate
+        counts; see `FinishArgs`."""
+        request = _finish_request(generation_id, status, args)
         try:
             return _finish_result(
-                self._stub.FinishGeneration(request, metadata=self._metadata, timeout=timeout)
+                self._stub.FinishGeneration(request, metadata=self._metadata, timeout=args.get("timeout"))
             )
         except grpc.RpcError as e:
             raise library_error(e) from e
@@ -489,19 +505,14 @@ class AsyncClient:
         return _strategies(await self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
 
     async def finish_generation(
-        self,
-        generation_id: str,
-        status: str = "completed",
-        *,
-        reported_prompt_tokens: int | None = None,
-        error_code: str = "",
-        chat_id: str = "",
-        timeout: float | None = None,
+        self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
     ) -> FinishResult:
-        request = _finish_request(generation_id, status, reported_prompt_tokens, error_code, chat_id)
+        request = _finish_request(generation_id, status, args)
         try:
             return _finish_result(
-                await self._stub.FinishGeneration(request, metadata=self._metadata, timeout=timeout)
+                await self._stub.FinishGeneration(
+                    request, metadata=self._metadata, timeout=args.get("timeout")
+                )
             )
         except grpc.RpcError as e:
             raise library_error(e) from e

@@ -271,21 +271,26 @@ def shift_context(
     strategy: str = DEFAULT_STRATEGY,
     options: Mapping[str, Any] | None = None,
     model: str | None = None,
+    calibration_source: calibration.CalibrationSource = calibration.DEFAULT,
+    known_tokens: Sequence[int | None] | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
     `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
-    also selects the calibration of an approximate profile. `strategy` names a registered
-    strategy (contextshift.strategies.list_strategies()); `options` are the common options and
-    the strategy's own. Raises `InvalidBlocks`, `InvalidOptions`, or `TokenBudgetExceeded` when
-    protected blocks alone do not fit."""
+    also selects the calibration of an approximate profile, read from `calibration_source` (the
+    process's `calibration.DEFAULT` unless given). `strategy` names a registered strategy
+    (contextshift.strategies.list_strategies()); `options` are the common options and the
+    strategy's own. `known_tokens` gives block tokens already known for the profile, for the first
+    blocks (None where unknown; e.g. stored with a chat's history): only the other blocks are
+    counted, before the independent recount of what is kept. Raises `InvalidBlocks`,
+    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
     info = strategy_named(strategy)
     opts = ShiftOptions.from_mapping(options, info.options)
     resolved = resolve_budget(budget)
     resolution = resolve_request(profile, model)
     # An approximate profile plans in raw tokens against the budget the model's calibration
     # leaves for them, so the calibrated prompt fits the real budget.
-    factor = calibration.DEFAULT.factor(resolution.model) if resolution.approximate else 1.0
+    factor = calibration_source.factor(resolution.model) if resolution.approximate else 1.0
     raw_budget = calibration.raw_budget(resolved.tokens, factor)
 
     # 1-2. Parse and cut over-long blocks.
@@ -294,7 +299,7 @@ def shift_context(
         conversation = engine.Conversation.from_json(blocks, opts.max_block_chars, tool_result_cap)
     else:
         conversation = engine.Conversation(blocks, opts.max_block_chars, tool_result_cap)
-    counts = conversation.count(resolution.profile)
+    counts = conversation.count(resolution.profile, known_tokens)
     # 3. Pinned cap.
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
     # 4-5. Orphans, the strategy, the leading-assistant repair.

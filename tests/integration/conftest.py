@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ class ServerProcess:
     port: int
     http_port: int
     log_path: Path
+    store: str  # the store URL
 
     @property
     def address(self) -> str:
@@ -72,9 +74,11 @@ GATED_SERVER = Path(__file__).with_name("gated_server.py")
 
 @dataclass
 class Gate:
-    """Holds every engine call of a gated server (see gated_server.py) until opened."""
+    """Holds every engine call (or store write of a shift, `at="record_shift"`) of a gated server
+    (see gated_server.py) until opened."""
 
     path: Path
+    at: str = "engine"
 
     def wait_entered(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
@@ -86,6 +90,11 @@ class Gate:
     def open(self) -> None:
         self.path.touch()
 
+    def close(self) -> None:
+        """Holds the next calls again."""
+        self.path.unlink(missing_ok=True)
+        self.path.with_suffix(".entered").unlink(missing_ok=True)
+
 
 def start_server(
     tmp_path: Path,
@@ -95,17 +104,21 @@ def start_server(
     wait: bool = True,
     env: dict[str, str] | None = None,
     gate: Gate | None = None,
+    store: str | None = None,
 ) -> ServerProcess:
     """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
-    `env`. With `gate`, every engine call waits for the gate to open."""
+    `env`. The store is `store`, or a SQLite file of its own in `tmp_path`. With `gate`, every
+    engine call waits for the gate to open."""
     port = free_port() if port is None else port
     http_port = free_port() if http_port is None else http_port
+    store = store or f"sqlite:///{tmp_path}/store-{port}.db"
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
     env = clean | (env or {})
     program = ["-m", "contextshift", "serve"]
     if gate is not None:
         env["CONTEXTSHIFT_TEST_GATE"] = str(gate.path)
+        env["CONTEXTSHIFT_TEST_GATE_AT"] = gate.at
         program = [str(GATED_SERVER)]
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -118,13 +131,15 @@ def start_server(
                 str(port),
                 "--http-port",
                 str(http_port),
+                "--store",
+                store,
                 *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
         )
-    server = ServerProcess(proc, port, http_port, log_path)
+    server = ServerProcess(proc, port, http_port, log_path, store)
     if wait:
         deadline = time.monotonic() + START_TIMEOUT
         # Logged once health is SERVING and both ports listen (plaintext or TLS, keys or not).
@@ -148,14 +163,23 @@ def gated(tmp_path: Path) -> Iterator[tuple[ServerProcess, Gate]]:
     running.terminate()
 
 
+@contextlib.contextmanager
+def serving(tmp_path: Path, *flags: str, **options: Any) -> Iterator[ServerProcess]:
+    """`start_server` for the length of a block; the server must stop cleanly after it."""
+    running = start_server(tmp_path, *flags, **options)
+    try:
+        yield running
+    finally:
+        assert running.terminate() == 0
+
+
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One shared server: echo on, room for large requests."""
-    running = start_server(
+    with serving(
         tmp_path_factory.mktemp("server"), "--bench-echo", "--max-request-bytes", str(64 * 1024 * 1024)
-    )
-    yield running
-    assert running.terminate() == 0
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

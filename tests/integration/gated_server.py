@@ -1,29 +1,40 @@
-"""`contextshift serve` with a gate in front of the engine, so a test can hold a call in flight
-for as long as it needs, whatever the machine's speed: each shift touches `<gate>.entered`, then
-waits until the file `<gate>` exists. Test harness only; run as a script by `start_server`."""
+"""`contextshift serve` with a gate, so a test can hold a call in flight for as long as it needs,
+whatever the machine's speed: each gated call touches `<gate>.entered`, then waits until the file
+`<gate>` exists. The gate stands in front of the engine (every shift), or, with
+CONTEXTSHIFT_TEST_GATE_AT=record_shift, in front of the store's write of a shift (after the shift,
+before the transaction). Test harness only; run as a script by `start_server`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import contextshift
 from contextshift import cli
+from contextshift.audit.sql import SqlStore
 
 GATE = Path(os.environ["CONTEXTSHIFT_TEST_GATE"])
-_shift_context = contextshift.shift_context
 
 
-def gated_shift_context(*args: Any, **kwargs: Any) -> Any:
-    GATE.with_suffix(".entered").touch()
-    while not GATE.exists():
-        time.sleep(0.01)
-    return _shift_context(*args, **kwargs)
+def gated(call: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def wait_then_call(*args: Any, **kwargs: Any) -> Any:
+        GATE.with_suffix(".entered").touch()
+        while not GATE.exists():
+            time.sleep(0.01)
+        return call(*args, **kwargs)
+
+    return wait_then_call
 
 
-contextshift.shift_context = gated_shift_context  # the servicer calls it through the module
+if os.environ.get("CONTEXTSHIFT_TEST_GATE_AT") == "record_shift":
+    SqlStore.record_shift = gated(SqlStore.record_shift)  # type: ignore[method-assign]
+else:
+    contextshift.shift_context = gated(contextshift.shift_context)  # the servicer calls it through the module
 # Every call goes to the engine threads, where a held call leaves the event loop free.
 sys.exit(cli.main(["serve", "--inline-request-bytes", "0", *sys.argv[1:]]))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contextshift.audit import DEFAULT_URL as DEFAULT_STORE
 from contextshift.summarizer.llm import url_problem
 
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
@@ -74,9 +75,9 @@ SETTINGS = [
         int,
         64 * 1024,
         "CONTEXTSHIFT_INLINE_REQUEST_BYTES",
-        "shift and count requests up to this size run on the event loop once their profile is "
-        "loaded, where the thread hop would cost more than their engine work (0: every call on the "
-        "engine threads)",
+        "shift and count requests up to this size that need nothing stored run on the event loop "
+        "once their profile is loaded, where the thread hop would cost more than their engine work "
+        "(0: every call on the engine threads)",
         0,
     ),
     Setting(
@@ -141,6 +142,37 @@ SETTINGS = [
         None,
         "CONTEXTSHIFT_API_KEYS",
         "API keys as `tenant:key,tenant:key` (added to api_keys_file's)",
+    ),
+    Setting(
+        "store",
+        str,
+        DEFAULT_STORE,
+        "CONTEXTSHIFT_STORE",
+        "the store of audits, generations, calibrations, chat history and model configurations: "
+        "sqlite:///<path> (one machine; ?synchronous=full for durability against power loss) or "
+        "postgresql://user:password@host:port/database (replicas)",
+    ),
+    Setting(
+        "audit_messages",
+        bool,
+        True,
+        "CONTEXTSHIFT_AUDIT_MESSAGES",
+        "store the final provider messages in audits (off: ids, tokens and reasons only, no text)",
+    ),
+    Setting(
+        "model_config_file",
+        str,
+        None,
+        "CONTEXTSHIFT_MODEL_CONFIG_FILE",
+        "TOML file of model configurations loaded into the store at start (server-wide defaults)",
+    ),
+    Setting(
+        "generation_retention_hours",
+        int,
+        24,
+        "CONTEXTSHIFT_GENERATION_RETENTION_HOURS",
+        "how long FinishGeneration can find a generation that is no chat's current audit",
+        1,
     ),
     Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
@@ -211,6 +243,10 @@ class ServerConfig:
     tls_client_ca: str | None
     api_keys_file: str | None
     api_keys: str | None
+    store: str
+    audit_messages: bool
+    model_config_file: str | None
+    generation_retention_hours: int
     bench_echo: bool
     compact_url: str | None
     compact_model: str | None

@@ -14,16 +14,18 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-from google.protobuf import json_format, struct_pb2
+import grpc
+from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 import contextshift
-from contextshift import engine
+from contextshift import calibration, engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
-from contextshift.api import provider_messages
-from contextshift.api.errors import invalid
+from contextshift.api import history, provider_messages
+from contextshift.api.errors import RequestError, invalid
+from contextshift.audit.store import ModelConfig, Role, StoredBlock
 from contextshift.diagnostics import CompactionUsage
 from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions
 from contextshift.options import COMMON, OptionSpec
@@ -56,13 +58,73 @@ _KINDS = {
 _OUTPUT_FORMATS = frozenset(context_service_pb2.OutputFormat.values())  # values() builds a list per call
 
 
+MAX_ID_BYTES = 256
+ROLES = {
+    context_service_pb2.MODEL_ROLE_UNSPECIFIED: Role.NONE,
+    context_service_pb2.MODEL_ROLE_MAIN: Role.MAIN,
+    context_service_pb2.MODEL_ROLE_FAST: Role.FAST,
+}
+
+
 @dataclass(frozen=True)
 class BudgetDefaults:
-    """Where a request gives no window or reserve (DESIGN.md §5): after the request (and the stored
-    model configuration, not built yet), before the model registry and the built-in defaults."""
+    """Where a request gives no window or reserve (DESIGN.md §5): after the request and the stored
+    model configuration, before the model registry and the built-in defaults."""
 
     context_size: int | None  # LLM_CONTEXT_SIZE
     max_output_tokens: int | None  # LLM_MAX_OUTPUT_TOKENS
+
+
+class StoreView(calibration.CalibrationSource, Protocol):
+    """What a shift reads from the store, for one tenant: model configurations, the chat's stored
+    history, and calibrations (as its CalibrationSource). Blocking: shifts that read it run on a
+    thread."""
+
+    def model_config(self, model: str, role: Role) -> ModelConfig | None: ...
+
+    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]: ...
+
+
+class NoStore:
+    """The view of a shift that needs nothing stored (names no model, role, chat or history): the
+    process's in-memory calibration, which a shift without a model never reads."""
+
+    def model_config(self, model: str, role: Role) -> ModelConfig | None:
+        return None
+
+    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
+        return ()
+
+    def factor(self, model: str | None) -> float:
+        return calibration.DEFAULT.factor(model)
+
+
+NO_STORE = NoStore()
+
+
+def id_violations(field: str, value: str, *, required: bool = True) -> list[FieldViolation]:
+    """A chat, generation or model id: at most 256 bytes of UTF-8, no control characters."""
+    if not value:
+        return [FieldViolation(field, "required")] if required else []
+    size = len(value.encode())
+    if size > MAX_ID_BYTES:
+        return [FieldViolation(field, f"at most {MAX_ID_BYTES} bytes, got {size}")]
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
+        return [FieldViolation(field, "must not contain control characters")]
+    return []
+
+
+def role_of(value: context_service_pb2.ModelRole.ValueType, field: str) -> Role:
+    if value not in ROLES:
+        raise invalid(field, f"unknown value {value}")
+    return ROLES[value]
+
+
+def timestamp(ms: int) -> timestamp_pb2.Timestamp:
+    """Unix milliseconds as a Timestamp."""
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
 
 
 def uuid7() -> str:
@@ -193,22 +255,66 @@ def _first(*values: int | None) -> int:
     return next(v for v in values if v is not None)
 
 
-def _budget(request: ShiftRequest, resolution: Resolution, defaults: BudgetDefaults) -> contextshift.Budget:
-    """DESIGN.md §5, first match wins: the request, (the stored model configuration: not built
-    yet), LLM_CONTEXT_SIZE / LLM_MAX_OUTPUT_TOKENS, the model registry, 128000 / 64000."""
+def _budget(
+    request: ShiftRequest, resolution: Resolution, defaults: BudgetDefaults, config: ModelConfig | None
+) -> contextshift.Budget:
+    """DESIGN.md §5, first match wins: the request, the stored model configuration, LLM_CONTEXT_SIZE
+    / LLM_MAX_OUTPUT_TOKENS, the model registry, 128000 / 64000 (and a system reserve of 0)."""
     context_limit = _first(
         request.context_limit if request.HasField("context_limit") else None,
+        config.context_size if config else None,
         defaults.context_size,
         resolution.context_window,
         DEFAULT_CONTEXT_LIMIT,
     )
     response_reserve = _first(
         request.response_reserve if request.HasField("response_reserve") else None,
+        config.max_output_tokens if config else None,
         defaults.max_output_tokens,
         resolution.max_output,
         DEFAULT_RESPONSE_RESERVE,
     )
-    return contextshift.Budget(context_limit, response_reserve, request.system_reserve)
+    system_reserve = _first(
+        request.system_reserve if request.HasField("system_reserve") else None,
+        config.system_reserve if config else None,
+        0,
+    )
+    return contextshift.Budget(context_limit, response_reserve, system_reserve)
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model a request means and how it counts: its stored configuration (by name, or by
+    role), and the profile resolved from the request's profile, the configuration's, or the
+    registry's."""
+
+    config: ModelConfig | None
+    resolution: Resolution
+
+
+def resolve_model(
+    profile: str, model: str, model_role: context_service_pb2.ModelRole.ValueType, store: StoreView
+) -> Model:
+    """`profile`, `model` and `model_role` of a request (empty: not given)."""
+    role = role_of(model_role, "model_role")
+    if model and role is not Role.NONE:
+        raise invalid("model_role", "set either model or model_role, not both")
+    violations = id_violations("model", model, required=False)
+    if violations:
+        raise InvalidInput(violations)
+    config = store.model_config(model, role)
+    if role is not Role.NONE and config is None:
+        raise RequestError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"model_role: no model configuration has role {role.value!r} (SetModelConfig or model_config_file)",
+            reason="MODEL_ROLE_NOT_CONFIGURED",
+            metadata={"role": role.value},
+        )
+    # The profile wins, a model alone picks its registry profile (and window, max output), an
+    # unknown model counts with heuristic and says so; empty strings mean not given.
+    named = model or (config.model if config else "")
+    resolution = resolve_request(profile or (config.profile if config else "") or None, named or None)
+    return Model(config, resolution)
 
 
 def _provider_messages(
@@ -267,15 +373,27 @@ def _summary(result: ShiftResult) -> context_service_pb2.SummaryInfo | None:
     )
 
 
+@dataclass(frozen=True)
+class EncodedPlan:
+    """A ContextPlan encoded in pieces for `engine.encode_pieces` (an encoded message may carry its
+    fields in any order): its small fields through protobuf, its messages and decisions by the
+    core. An audit keeps the first two and lists the decisions in order instead."""
+
+    fields: bytes
+    messages: engine.Piece
+    decisions: bytes
+
+    def pieces(self) -> list[engine.Piece]:
+        return [self.fields, self.messages, self.decisions]
+
+
 def encode_plan(
     result: ShiftResult,
     budget: contextshift.Budget,
     warnings: Sequence[str],
     output_format: context_service_pb2.OutputFormat.ValueType,
-) -> list[engine.Piece]:
-    """The ContextPlan of a shift, encoded in pieces for `engine.encode_pieces`: its small fields
-    through protobuf, its decisions and messages by the core (an encoded message may carry its
-    fields in any order)."""
+) -> EncodedPlan:
+    """The ContextPlan of a shift (see EncodedPlan)."""
     plan = context_service_pb2.ContextPlan(
         truncated=[
             context_service_pb2.Truncation(
@@ -316,7 +434,9 @@ def encode_plan(
         ],
         compaction_usage=_compaction_usage(result.compaction_usage),
     )
-    return [plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)]
+    return EncodedPlan(
+        plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)
+    )
 
 
 def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.CompactionUsage | None:
@@ -330,12 +450,12 @@ def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.Comp
 @dataclass(frozen=True)
 class Shifted(Generic[R]):
     """A served shift: the request as read (without `blocks_json`), the library's result, the
-    number of blocks it was given, and the reply's ContextPlan, encoded in pieces."""
+    number of blocks it shifted (the stored history's too), and the reply's ContextPlan."""
 
     request: R
     result: ShiftResult
     blocks: int
-    plan: list[engine.Piece]
+    plan: EncodedPlan
 
 
 def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]:
@@ -348,22 +468,27 @@ def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]
         raise invalid("request", f"not an encoded {request_type.DESCRIPTOR.full_name}: {e}") from e
 
 
-def shift(request: R, blocks_json: bytes, defaults: BudgetDefaults) -> Shifted[R]:
+def shift(
+    request: R, blocks_json: bytes, defaults: BudgetDefaults, store: StoreView = NO_STORE
+) -> Shifted[R]:
     """Run the shift a ShiftContext or PreviewContext request asks for (as `read_shift_request`
-    gives it)."""
+    gives it), with what `store` holds for it."""
     if request.blocks and blocks_json:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in _OUTPUT_FORMATS:
         raise invalid("output_format", f"unknown value {request.output_format}")
-    # The profile wins, a model alone picks its registry profile (and window, max output), an
-    # unknown model counts with heuristic and says so; empty proto strings mean not given.
-    resolution = resolve_request(request.profile or None, request.model or None)
-    budget = _budget(request, resolution, defaults)
-    blocks: list[dict[str, Any]] | bytes = (
-        [block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
-        if request.blocks
-        else blocks_json or b"[]"
-    )
+    if request.use_stored_history and not request.chat_id:
+        raise invalid("use_stored_history", "needs chat_id: the chat whose stored history to use")
+    model = resolve_model(request.profile, request.model, request.model_role, store)
+    resolution: Resolution = model.resolution
+    budget = _budget(request, resolution, defaults, model.config)
+    typed = [block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
+    blocks: list[dict[str, Any]] | bytes = typed if request.blocks else blocks_json or b"[]"
+    stored = store.history(request.chat_id, resolution.profile) if request.use_stored_history else ()
+    joined: history.Joined | None = None
+    if stored:
+        joined = history.join(stored, history.typed_texts(typed) if request.blocks else blocks_json or b"[]")
+        blocks = joined.json
     strategy = strategy_named(request.strategy or DEFAULT_STRATEGY)
     try:
         result = contextshift.shift_context(
@@ -373,19 +498,25 @@ def shift(request: R, blocks_json: bytes, defaults: BudgetDefaults) -> Shifted[R
             strategy=strategy.name,
             options=_options(request.options, strategy) if request.HasField("options") else None,
             model=resolution.model,  # the calibration key of an approximate profile
+            calibration_source=store,
+            known_tokens=joined.known_tokens if joined else None,
         )
     except InvalidInput as e:
-        if request.blocks:
-            raise _renamed(e, typed_field) from e
-        raise
-    encoded = encode_plan(result, budget, resolution.warnings, request.output_format)
+        if joined and any(v.field == "blocks_json" for v in e.violations):
+            history.request_texts(blocks_json)  # the request's own error, at its own offsets
+        rename: Callable[[str], str] = typed_field if request.blocks else lambda field: field
+        raise history.renamed(e, joined.stored if joined else 0, rename) from e
+    warnings = [*resolution.warnings, *(joined.warnings if joined else ())]
+    encoded = encode_plan(result, budget, warnings, request.output_format)
     return Shifted(request, result, result.block_count, encoded)
 
 
-def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb2.CountTokensResponse:
-    # The profile wins, a model alone picks its registry profile (and window, max output), an
-    # unknown model counts with heuristic and says so; empty proto strings mean not given.
-    resolution = resolve_request(request.profile or None, request.model or None)
+def count(
+    request: context_service_pb2.CountTokensRequest, store: StoreView = NO_STORE
+) -> context_service_pb2.CountTokensResponse:
+    resolution = resolve_model(
+        request.profile, request.model, context_service_pb2.MODEL_ROLE_UNSPECIFIED, store
+    ).resolution
     items: list[str | dict[str, Any]] = []
     for i, item in enumerate(request.items):
         which = item.WhichOneof("item")

@@ -1,14 +1,16 @@
-"""Library errors → gRPC status with google.rpc details (the error contract of the .proto)."""
+"""Library and store errors → gRPC status with google.rpc details (the error contract of the
+.proto)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from contextshift.audit.store import AlreadyFinished, GenerationIdInUse, StaleGeneration, StoreUnavailable
 from contextshift.errors import FieldViolation, InvalidInput, TokenBudgetExceeded
 
 DOMAIN = "contextshift.v1"
@@ -22,14 +24,23 @@ _FIELD_NAMES = {
 
 
 class RequestError(Exception):
-    """A request the API layer itself rejects (before the engine), with its gRPC code."""
+    """A request the API layer itself rejects, with its gRPC code, and either the fields at fault
+    (BadRequest) or a stable reason (ErrorInfo)."""
 
     def __init__(
-        self, code: grpc.StatusCode, message: str, violations: Iterable[FieldViolation] = ()
+        self,
+        code: grpc.StatusCode,
+        message: str,
+        violations: Iterable[FieldViolation] = (),
+        *,
+        reason: str = "",
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.violations = list(violations)
+        self.reason = reason
+        self.metadata = dict(metadata or {})
 
 
 def invalid(field: str, description: str) -> RequestError:
@@ -59,15 +70,32 @@ def bad_request(message: str, violations: Iterable[FieldViolation]) -> grpc.Stat
     return _status(grpc.StatusCode.INVALID_ARGUMENT, message, _pack(detail))
 
 
+def _with_reason(
+    code: grpc.StatusCode, message: str, reason: str, metadata: Mapping[str, str]
+) -> grpc.Status:
+    return _status(
+        code, message, _pack(error_details_pb2.ErrorInfo(reason=reason, domain=DOMAIN, metadata=metadata))
+    )
+
+
 def status_for(error: Exception) -> grpc.Status | None:
     """The status for an error the API expects, or None for a bug."""
     if isinstance(error, TokenBudgetExceeded):
-        info = error_details_pb2.ErrorInfo(
-            reason=error.code,
-            domain=DOMAIN,
-            metadata={"protected_tokens": str(error.protected_tokens), "budget": str(error.budget)},
+        metadata = {"protected_tokens": str(error.protected_tokens), "budget": str(error.budget)}
+        return _with_reason(grpc.StatusCode.FAILED_PRECONDITION, str(error), error.code, metadata)
+    if isinstance(error, StaleGeneration):
+        metadata = {"generation_id": error.generation_id, "current_generation_id": error.current or ""}
+        return _with_reason(grpc.StatusCode.FAILED_PRECONDITION, str(error), "STALE_GENERATION", metadata)
+    if isinstance(error, AlreadyFinished):
+        metadata = {"generation_id": error.generation_id, "status": error.status.value}
+        return _with_reason(
+            grpc.StatusCode.FAILED_PRECONDITION, str(error), "GENERATION_ALREADY_FINISHED", metadata
         )
-        return _status(grpc.StatusCode.FAILED_PRECONDITION, str(error), _pack(info))
+    if isinstance(error, GenerationIdInUse):
+        metadata = {"generation_id": error.generation_id}
+        return _with_reason(grpc.StatusCode.ALREADY_EXISTS, str(error), "GENERATION_ID_IN_USE", metadata)
+    if isinstance(error, StoreUnavailable):
+        return _status(grpc.StatusCode.UNAVAILABLE, f"the store is unavailable: {error}")
     if isinstance(error, InvalidInput):
         violations = [
             FieldViolation(_FIELD_NAMES.get(v.field, v.field), v.description) for v in error.violations
@@ -76,6 +104,8 @@ def status_for(error: Exception) -> grpc.Status | None:
     if isinstance(error, RequestError):
         if error.violations:
             return bad_request(str(error), error.violations)
+        if error.reason:
+            return _with_reason(error.code, str(error), error.reason, error.metadata)
         return _status(error.code, str(error))
     return None
 

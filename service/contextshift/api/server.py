@@ -10,12 +10,17 @@ the directory where the workers' metrics meet (`metrics.use_directory`).
 On SIGTERM (or SIGINT) a child sets health to NOT_SERVING (and /readyz to 503) so balancers stop
 sending, waits `drain_seconds`, then stops accepting calls and gives in-flight ones `grace_seconds`
 to finish.
+
+The store is checked before anything serves: the parent opens it, applies its migrations, loads
+the model configuration file and closes it again (a bad URL, an unreachable PostgreSQL or a bad
+file is one error line and a non-zero exit). Each serving process then opens its own connections.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -28,6 +33,7 @@ import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import uvicorn
 from grpc import aio
@@ -37,17 +43,21 @@ from starlette.applications import Starlette
 
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2
-from contextshift.api import metrics, tls
+from contextshift.api import metrics, model_configs, tls
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ServerConfig
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.http import HttpApi
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
+from contextshift.audit import open_store, redacted
+from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
 from contextshift.options import Secret
 from contextshift.summarizer import llm
 
 log = logging.getLogger("contextshift.api")
+
+PRUNE_INTERVAL_SECONDS = 3600.0
 
 SERVICE = context_service_pb2.DESCRIPTOR.services_by_name["ContextShiftService"].full_name
 ECHO_SERVICE = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name
@@ -99,6 +109,23 @@ def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
+def prune_generations(store: Store, config: ServerConfig) -> None:
+    """Forgets generations past their retention (not a chat's current one)."""
+    pruned = store.prune_generations(now_ms() - config.generation_retention_hours * 3_600_000)
+    if pruned:
+        log.info("pruned generations", extra={"fields": {"generations": pruned}})
+
+
+async def _prune_hourly(store: Store, executor: ThreadPoolExecutor, config: ServerConfig) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(PRUNE_INTERVAL_SECONDS)
+        try:
+            await loop.run_in_executor(executor, prune_generations, store, config)
+        except StoreError as e:
+            log.warning("pruning generations failed", extra={"fields": {"error": str(e)}})
+
+
 @dataclass
 class Server:
     """A started server and what its stop needs."""
@@ -111,18 +138,24 @@ class Server:
     http: uvicorn.Server
     http_task: asyncio.Task[None]
     http_port: int
+    store: Store
+    pruner: asyncio.Task[None]
     io_executor: ThreadPoolExecutor | None = None
     compaction: llm.LoopTransport | None = None
 
     async def stop(self, config: ServerConfig) -> None:
-        """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period."""
+        """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period; the
+        store closes once the threads using it are done."""
         log.info("draining", extra={"fields": {"drain_seconds": config.drain_seconds}})
         self.http_api.ready = False
         await self.health.enter_graceful_shutdown()
         await asyncio.sleep(config.drain_seconds)
         self.http.should_exit = True  # uvicorn then waits up to grace_seconds for calls in flight
         await asyncio.gather(self.server.stop(config.grace_seconds), self.http_task)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.pruner.cancel()
+        shutdown = functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
+        await asyncio.get_running_loop().run_in_executor(None, shutdown)
+        self.store.close()
         if self.io_executor is not None:
             self.io_executor.shutdown(wait=False, cancel_futures=True)
         if self.compaction is not None:
@@ -185,7 +218,8 @@ async def start(
     config: ServerConfig, port: int, http_port: int | None = None, security: Security | None = None
 ) -> Server:
     """Build, bind and start a server; it serves until `Server.stop`. `http_port` defaults to the
-    config's, `security` to what the config's files say."""
+    config's, `security` to what the config's files say. StoreError when the store cannot be
+    opened."""
     security = security or Security.load(config)
     # Bound first: a taken HTTP port fails before anything else runs.
     http_sock = _listen(config.host, config.http_port if http_port is None else http_port, config.workers > 1)
@@ -199,9 +233,16 @@ async def start(
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
+    store = open_store(config.store, pool_size=config.engine_threads)
+    await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
     servicer = ContextShiftServicer(
-        executor, defaults, inline_request_bytes=config.inline_request_bytes, io_executor=io_executor
+        executor,
+        defaults,
+        store,
+        inline_request_bytes=config.inline_request_bytes,
+        audit_messages=config.audit_messages,
+        io_executor=io_executor,
     )
     add_context_service(servicer, server)
     compaction = _configure_compaction(config)
@@ -244,9 +285,11 @@ async def start(
                 "tls": "mutual" if security.tls and security.tls.client_ca else bool(security.tls),
                 "api_keys": len(security.keys or ()),
                 "metrics_dir": metrics.directory(),
+                "store": store.description,
             }
         },
     )
+    pruner = asyncio.create_task(_prune_hourly(store, executor, config))
     return Server(
         server,
         health_servicer,
@@ -256,6 +299,8 @@ async def start(
         http,
         http_task,
         http_sock.getsockname()[1],
+        store,
+        pruner,
         io_executor,
         compaction,
     )
@@ -279,6 +324,44 @@ def _serve_process(config: ServerConfig, port: int, http_port: int, security: Se
         fields = {"host": config.host, "port": port, "http_port": http_port, "error": str(e)}
         log.error("cannot serve", extra={"fields": fields})
         return 1
+    except StoreError as e:
+        log.error(
+            "cannot open the store", extra={"fields": {"store": redacted(config.store), "error": str(e)}}
+        )
+        return 1
+    return 0
+
+
+def prepare_store(config: ServerConfig) -> int:
+    """Opens the store, applies its migrations, loads the model configuration file into it and
+    prunes old generations, then closes it (before any fork): 0, or the exit code of the error it
+    logged (2 for a bad URL or file, 1 for a store that cannot be reached)."""
+    try:
+        store = open_store(config.store, pool_size=1)
+    except StoreConfigError as e:
+        log.error(
+            "cannot open the store", extra={"fields": {"store": redacted(config.store), "error": str(e)}}
+        )
+        return 2
+    try:
+        version = store.migrate()
+        loaded = []
+        if config.model_config_file:
+            for model_config in model_configs.load_file(Path(config.model_config_file)):
+                store.set_model_config(model_configs.SERVER_WIDE_TENANT, model_config)
+                loaded.append(model_config.model)
+        prune_generations(store, config)
+    except (StoreConfigError, model_configs.ModelConfigFileError) as e:
+        log.error("cannot open the store", extra={"fields": {"store": store.description, "error": str(e)}})
+        return 2
+    except StoreError as e:
+        log.error("cannot open the store", extra={"fields": {"store": store.description, "error": str(e)}})
+        return 1
+    finally:
+        store.close()
+    log.info(
+        "store ready", extra={"fields": {"store": store.description, "schema": version, "models": loaded}}
+    )
     return 0
 
 
@@ -345,6 +428,9 @@ def run(config: ServerConfig) -> int:
     """Serve with `config`; the process exit code. Raises ConfigError for unreadable or malformed
     key and TLS files."""
     setup_logging(config.log_level)
+    code = prepare_store(config)
+    if code:
+        return code
     security = Security.load(config)
     with _metrics_directory():
         if config.workers > 1:

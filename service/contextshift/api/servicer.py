@@ -1,19 +1,30 @@
-"""ContextShiftService over the library. The engine and every conversion run on a thread pool (the
-Rust core releases the GIL), so the event loop only moves bytes and the deadline is watched while
-the engine works: a call whose deadline passes is cancelled, its result discarded, nothing stored.
-Requests of at most `inline_request_bytes` are the exception once their profile is loaded: their
-engine work (a fraction of a millisecond) costs less than the hop to a thread, so they run on the
-event loop, to completion."""
+"""ContextShiftService over the library and the store. The engine, every conversion and every
+store call run on a thread pool (the Rust core releases the GIL; sqlite3 and psycopg block), so the
+event loop only moves bytes and the deadline is watched while they work. Requests of at most
+`inline_request_bytes` that need nothing stored are the exception once their profile is loaded:
+their engine work (a fraction of a millisecond) costs less than the hop to a thread, so they run on
+the event loop, to completion.
+
+A shift that names a model, profile, role or stored history reads the store: it reads, shifts and
+writes its generation and audit in one call on one thread. A shift that only writes (it names a
+chat) shifts as any other, then writes on a thread. A call cancelled by its client or its deadline
+leaves the chat's previous audit, or its own marked CANCELLED (`audits.AuditWrite`).
+
+Plugin strategies and interceptors may take up to their time limit, and llm-compact waits on its
+endpoint: such shifts never run on the event loop, and run on the I/O threads rather than the
+engine threads.
+
+The tenant of every store call is the caller's, as the API key says (`auth.current_tenant`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Set
+import logging
+import time
+from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import grpc
@@ -21,25 +32,35 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc import aio
 
-from contextshift import calibration, engine, plugins
+from contextshift import engine, plugins, profiles
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import convert, metrics
+from contextshift.api import audits, convert, history, metrics, model_configs
 from contextshift.api.auth import current_tenant
-from contextshift.api.errors import RequestError
+from contextshift.api.errors import RequestError, invalid
 from contextshift.api.interceptors import call_stats
-from contextshift.errors import FieldViolation
+from contextshift.audit.provider_errors import ErrorCode, normalize
+from contextshift.audit.store import (
+    ModelConfig,
+    NotFound,
+    Report,
+    Role,
+    Status,
+    Store,
+    StoredBlock,
+    StoreError,
+    now_ms,
+)
+from contextshift.calibration import ALPHA, Calibration
+from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.profiles import ProfileInfo, list_profiles
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
 Context = aio.ServicerContext[Any, Any]
 
-NO_AUDIT_STORE = (
-    "{rpc} needs the audit store, which is not built yet (DESIGN.md §8); this server keeps no audits"
-)
-# ShiftContext generations whose estimates FinishGeneration can still calibrate with, per process.
-MAX_GENERATIONS = 10_000
+log = logging.getLogger("contextshift.api")
+
 # (profile, model) pairs a process remembers having served, so their small requests run inline;
 # bounded because clients choose the strings.
 MAX_SERVED_PROFILES = 1024
@@ -49,7 +70,11 @@ _EXACTNESS = {
     "text-exact": pb.EXACTNESS_TEXT_EXACT,
     "approximate": pb.EXACTNESS_APPROXIMATE,
 }
-_TERMINAL = {pb.GENERATION_STATUS_COMPLETED, pb.GENERATION_STATUS_FAILED, pb.GENERATION_STATUS_CANCELLED}
+_TERMINAL = {
+    pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
+    pb.GENERATION_STATUS_FAILED: Status.FAILED,
+    pb.GENERATION_STATUS_CANCELLED: Status.CANCELLED,
+}
 
 
 def profile_message(info: ProfileInfo) -> pb.TokenizerProfile:
@@ -68,61 +93,20 @@ def profile_message(info: ProfileInfo) -> pb.TokenizerProfile:
     )
 
 
-@dataclass
-class Generation:
-    """What FinishGeneration needs of a ShiftContext: the calibration key and the raw estimate."""
-
-    model: str
-    prompt_tokens: int  # raw, before calibration
-    approximate: bool
-    reported: bool = False  # a FinishGeneration already fed its reported count
+def _calibration_message(calibration: Calibration | None) -> pb.Calibration | None:
+    if calibration is None:
+        return None
+    return pb.Calibration(model=calibration.model, factor=calibration.factor, samples=calibration.samples)
 
 
-class Generations:
-    """The last `capacity` ShiftContext generations of this process, by tenant and id (least
-    recently recorded out first): a tenant finds only its own. Thread-safe."""
-
-    def __init__(self, capacity: int = MAX_GENERATIONS) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self._capacity = capacity
-        self._lock = threading.Lock()
-        self._items: OrderedDict[tuple[str, str], Generation] = OrderedDict()
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-    def add(self, tenant: str, generation_id: str, generation: Generation) -> None:
-        key = (tenant, generation_id)
-        with self._lock:
-            self._items.pop(key, None)  # a reused id starts over
-            self._items[key] = generation
-            while len(self._items) > self._capacity:
-                self._items.popitem(last=False)
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    def finish(self, tenant: str, generation_id: str, *, report: bool) -> Generation | None:
-        """The generation as it was before this call (None when unknown); with `report`, it is
-        marked reported in the same step, so of concurrent or retried reports one sees
-        `reported=False`."""
-        with self._lock:
-            generation = self._items.get((tenant, generation_id))
-            if generation is None:
-                return None
-            before = replace(generation)
-            if report:
-                generation.reported = True
-            return before
+def _checked(violations: Sequence[FieldViolation]) -> None:
+    if violations:
+        raise InvalidInput(violations)
 
 
 def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolation]:
-    found: list[FieldViolation] = []
-    if not request.generation_id:
-        found.append(FieldViolation("generation_id", "required: the generation_id ShiftContext returned"))
+    found = convert.id_violations("generation_id", request.generation_id)
+    found += convert.id_violations("chat_id", request.chat_id, required=False)
     if request.status not in _TERMINAL:
         what = (
             "not set"
@@ -130,8 +114,16 @@ def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolati
             else f"unknown value {request.status}"
         )
         found.append(FieldViolation("status", f"{what}: set COMPLETED, FAILED or CANCELLED"))
-    if request.error_code and request.status != pb.GENERATION_STATUS_FAILED:
+    failed = request.status == pb.GENERATION_STATUS_FAILED
+    if request.error_code and not failed:  # deprecated, still honoured
         found.append(FieldViolation("error_code", "only with status FAILED"))
+    if request.HasField("provider_error"):
+        if not failed:
+            found.append(FieldViolation("provider_error", "only with status FAILED"))
+        elif request.error_code:
+            found.append(
+                FieldViolation("error_code", "set provider_error or the deprecated error_code, not both")
+            )
     if request.HasField("reported_prompt_tokens") and request.reported_prompt_tokens <= 0:
         found.append(
             FieldViolation(
@@ -141,6 +133,56 @@ def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolati
     return found
 
 
+def _error_code(request: pb.FinishGenerationRequest) -> ErrorCode | None:
+    """The normalized provider error of a report (None unless FAILED); only this is stored."""
+    if request.status != pb.GENERATION_STATUS_FAILED:
+        return None
+    if request.HasField("provider_error"):
+        e = request.provider_error
+        return normalize(e.http_status, e.type, e.code, e.message)
+    return normalize(code=request.error_code) if request.error_code else ErrorCode.UNKNOWN
+
+
+def _stable_counts(profile: str) -> bool:
+    """Whether block counts under `profile` may be stored: not for profiles read from a file that
+    can change under the same name (`hf:<path>`, and `llama3` from its environment variable)."""
+    return not profile.startswith(profiles.HF_PREFIX) and profile != "llama3"
+
+
+def _reads_store(request: convert.ShiftRequest) -> bool:
+    """Whether a shift reads the store: for a model's configuration and calibration (a profile can
+    name a model), the role's model, or the chat's history."""
+    return bool(request.model or request.profile or request.model_role or request.use_stored_history)
+
+
+class TenantStore:
+    """The store as one tenant's shifts read it (`convert.StoreView`), timing the reads."""
+
+    def __init__(self, store: Store, tenant: str) -> None:
+        self.store = store
+        self.tenant = tenant
+        self.read_seconds = 0.0
+
+    def _timed(self, read: Callable[[], T]) -> T:
+        start = time.perf_counter()
+        try:
+            return read()
+        finally:
+            self.read_seconds += time.perf_counter() - start
+
+    def model_config(self, model: str, role: Role) -> ModelConfig | None:
+        return self._timed(lambda: model_configs.lookup(self.store, self.tenant, model, role))
+
+    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
+        return self._timed(lambda: self.store.history(self.tenant, chat_id, profile))
+
+    def factor(self, model: str | None) -> float:
+        if not model:
+            return 1.0
+        calibration = self._timed(lambda: self.store.calibration(self.tenant, model))
+        return calibration.factor if calibration else 1.0
+
+
 class ContextShiftServicer:
     """The methods of ContextShiftService (served by `add_context_service`)."""
 
@@ -148,18 +190,37 @@ class ContextShiftServicer:
         self,
         executor: ThreadPoolExecutor,
         defaults: convert.BudgetDefaults,
+        store: Store,
         *,
         inline_request_bytes: int = 0,
-        max_generations: int = MAX_GENERATIONS,
+        audit_messages: bool = True,
         io_executor: ThreadPoolExecutor | None = None,
     ) -> None:
         self._executor = executor
         # Shifts whose strategy waits (an LLM endpoint, a plugin) run here, not on the engine threads.
         self._io_executor = io_executor or executor
         self._defaults = defaults
+        self._store = store
         self._inline_request_bytes = inline_request_bytes
+        self._audit_messages = audit_messages
         self._served_profiles: set[tuple[str, str]] = set()
-        self._generations = Generations(max_generations)
+
+    def _tenant(self, context: Context) -> str:
+        """The caller's tenant: the API key's (set by the interceptor or the HTTP layer), "" on a
+        server without keys."""
+        return current_tenant()
+
+    async def _on_thread(self, fn: Callable[[], T], executor: ThreadPoolExecutor | None = None) -> T:
+        return await asyncio.get_running_loop().run_in_executor(executor or self._executor, fn)
+
+    def _shift_executor(self, request: convert.ShiftRequest) -> ThreadPoolExecutor | None:
+        """The I/O threads for a strategy that waits, else None (the engine threads, or the loop)."""
+        return None if runs_inline(request.strategy or DEFAULT_STRATEGY) else self._io_executor
+
+    def _inline_bytes(self, request: convert.ShiftRequest, size: int) -> int | None:
+        """The request's size when it may run on the event loop (see `_run`), else None."""
+        inline = runs_inline(request.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
+        return size if inline else None
 
     async def _run(
         self,
@@ -176,54 +237,139 @@ class ContextShiftServicer:
         small = request_bytes is not None and request_bytes <= self._inline_request_bytes
         if small and profile in self._served_profiles:
             return fn()
-        result = await asyncio.get_running_loop().run_in_executor(executor or self._executor, fn)
+        result = await self._on_thread(fn, executor)
         if small and profile is not None and len(self._served_profiles) < MAX_SERVED_PROFILES:
             self._served_profiles.add(profile)
         return result
 
-    async def _shift(self, request: bytes, request_type: type[convert.R]) -> convert.Shifted[convert.R]:
-        # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
-        read, blocks_json = convert.read_shift_request(request, request_type)
-        # Plugin strategies and interceptors may take up to their time limit, and llm-compact waits
-        # on its endpoint: never on the loop, and the strategies not on the engine threads either.
-        local = runs_inline(read.strategy or DEFAULT_STRATEGY)
-        inline = local and not plugins.interceptors()
-        shifted = await self._run(
-            functools.partial(convert.shift, read, blocks_json, self._defaults),
-            len(request) if inline else None,
-            (read.profile, read.model),
-            None if local else self._io_executor,
-        )
+    def _report_stats(self, shifted: convert.Shifted[Any]) -> None:
         stats = call_stats()
         stats.blocks = shifted.blocks
         stats.tokens = shifted.result.prompt_tokens
         metrics.record_shift(shifted.result.strategy, shifted.result.diagnostics)
-        return shifted
+
+    def _read_shift(
+        self, request: bytes, request_type: type[convert.R], context: Context
+    ) -> tuple[convert.R, bytes, TenantStore]:
+        """The request, its `blocks_json`, and the store as the caller's tenant sees it."""
+        # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
+        read, blocks_json = convert.read_shift_request(request, request_type)
+        _checked(convert.id_violations("chat_id", read.chat_id, required=False))
+        return read, blocks_json, TenantStore(self._store, self._tenant(context))
 
     async def ShiftContext(self, request: bytes, context: Context) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
-        `add_context_service`)."""
-        shifted = await self._shift(request, pb.ShiftContextRequest)
-        generation_id = shifted.request.generation_id or convert.uuid7()
-        # Remembered for FinishGeneration's calibration (PreviewContext writes nothing).
-        result = shifted.result
-        self._generations.add(
-            current_tenant(),
-            generation_id,
-            Generation(result.model or "", result.prompt_tokens, result.approximate),
-        )
+        `add_context_service`). A shift that reads the store runs on a thread with its reads and
+        writes; one that only writes (an audit) shifts as one that needs no store (on the event loop
+        when small), then writes on a thread, where compressing and writing mostly run without the
+        GIL."""
+        read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest, context)
+        _checked(convert.id_violations("generation_id", read.generation_id, required=False))
+        generation_id = read.generation_id or convert.uuid7()
+        write = audits.AuditWrite()
+        try:
+            if _reads_store(read):
+                work = functools.partial(
+                    self._shift_and_record, store, read, blocks_json, generation_id, write
+                )
+                shifted = await self._on_thread(work, self._shift_executor(read))
+            else:
+                start = time.perf_counter()
+                shifted = await self._run(
+                    functools.partial(convert.shift, read, blocks_json, self._defaults),
+                    self._inline_bytes(read, len(request)),
+                    (read.profile, read.model),
+                    self._shift_executor(read),
+                )
+                if read.chat_id:
+                    shift_seconds = time.perf_counter() - start
+                    record = functools.partial(
+                        self._record, store, shifted, generation_id, write, shift_seconds
+                    )
+                    await self._on_thread(record)
+        except asyncio.CancelledError:
+            if write.cancel():  # written, but the reply will not be sent
+                with contextlib.suppress(RuntimeError):  # unless the server is stopping
+                    self._executor.submit(self._mark_cancelled, store.tenant, generation_id)
+            raise
+        self._report_stats(shifted)
         head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
-        return engine.encode_pieces([head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
+        return engine.encode_pieces(
+            [head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())]
+        )
+
+    def _shift_and_record(
+        self,
+        store: TenantStore,
+        request: pb.ShiftContextRequest,
+        blocks_json: bytes,
+        generation_id: str,
+        write: audits.AuditWrite,
+    ) -> convert.Shifted[pb.ShiftContextRequest]:
+        """On an engine thread: the shift with what it reads from the store, then what it writes."""
+        start = time.perf_counter()
+        shifted = convert.shift(request, blocks_json, self._defaults, store)
+        self._record(store, shifted, generation_id, write, time.perf_counter() - start - store.read_seconds)
+        return shifted
+
+    def _record(
+        self,
+        store: TenantStore,
+        shifted: convert.Shifted[pb.ShiftContextRequest],
+        generation_id: str,
+        write: audits.AuditWrite,
+        shift_seconds: float,
+    ) -> None:
+        """On an engine thread: what a shift stores. With a chat: its generation and audit;
+        without one: its generation when FinishGeneration can calibrate with it."""
+        result = shifted.result
+        if not (shifted.request.chat_id or (result.approximate and result.model)):
+            return
+        created = now_ms()
+        payload = None
+        if shifted.request.chat_id:
+            timings = pb.AuditTimings(store_read_ms=store.read_seconds * 1e3, shift_ms=shift_seconds * 1e3)
+            payload = audits.encode(shifted, generation_id, created, timings, messages=self._audit_messages)
+        if write.begin():
+            self._store.record_shift(
+                store.tenant, audits.generation(shifted, generation_id, created), payload
+            )
+            if write.end():  # the call was cancelled while this wrote
+                self._mark_cancelled(store.tenant, generation_id)
+
+    def _mark_cancelled(self, tenant: str, generation_id: str) -> None:
+        """A generation whose ShiftContext call was cancelled after its audit was written: its
+        caller never got the reply. A newer shift or a report may have overtaken it; then so be it."""
+        try:
+            self._store.finish(tenant, Report(generation_id, Status.CANCELLED), ALPHA)
+        except StoreError as e:
+            log.info("cancelled call's generation not marked", extra={"fields": {"reason": str(e)}})
 
     async def PreviewContext(self, request: bytes, context: Context) -> bytes:
-        """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out."""
-        shifted = await self._shift(request, pb.PreviewContextRequest)
-        return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan)])
+        """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out. Reads the
+        store like ShiftContext, writes nothing."""
+        read, blocks_json, store = self._read_shift(request, pb.PreviewContextRequest, context)
+        shift = functools.partial(convert.shift, read, blocks_json, self._defaults)
+        executor = self._shift_executor(read)
+        if _reads_store(read):
+            shifted = await self._on_thread(functools.partial(shift, store), executor)
+        else:
+            shifted = await self._run(
+                shift, self._inline_bytes(read, len(request)), (read.profile, read.model), executor
+            )
+        self._report_stats(shifted)
+        return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
-        response = await self._run(
-            functools.partial(convert.count, request), request.ByteSize(), (request.profile, request.model)
-        )
+        if request.model:  # its stored configuration may name the profile
+            store = TenantStore(self._store, self._tenant(context))
+            response = await self._on_thread(functools.partial(convert.count, request, store))
+        else:
+            response = await self._run(
+                functools.partial(convert.count, request),
+                request.ByteSize(),
+                (request.profile, request.model),
+            )
         stats = call_stats()
         stats.blocks = len(response.counts)
         stats.tokens = response.total
@@ -238,45 +384,134 @@ class ContextShiftServicer:
     async def GetContextAudit(
         self, request: pb.GetContextAuditRequest, context: Context
     ) -> pb.GetContextAuditResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="GetContextAudit"))
+        _checked(convert.id_violations("chat_id", request.chat_id))
+        tenant = self._tenant(context)
+
+        def read() -> pb.ContextAudit | None:
+            stored = self._store.audit(tenant, request.chat_id)
+            return audits.decode(stored) if stored else None
+
+        audit = await self._on_thread(read)
+        if audit is None:
+            raise RequestError(grpc.StatusCode.NOT_FOUND, f"chat {request.chat_id!r} has no audit")
+        return pb.GetContextAuditResponse(audit=audit)
 
     async def FinishGeneration(
         self, request: pb.FinishGenerationRequest, context: Context
     ) -> pb.FinishGenerationResponse:
-        """Feeds the calibration; the terminal status is validated, and not stored until the audit
-        store exists."""
-        violations = _finish_violations(request)
-        if violations:
-            raise RequestError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "; ".join(f"{v.field}: {v.description}" for v in violations),
-                violations,
-            )
-        reported = request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None
-        generation = self._generations.finish(
-            current_tenant(), request.generation_id, report=reported is not None
+        """Moves the generation to its terminal status and feeds the calibration, in the store."""
+        _checked(_finish_violations(request))
+        code = _error_code(request)
+        report = Report(
+            request.generation_id,
+            _TERMINAL[request.status],
+            request.chat_id,
+            code.value if code else None,
+            request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None,
         )
-        if generation is None:
+        tenant = self._tenant(context)
+        try:
+            finished = await self._on_thread(functools.partial(self._store.finish, tenant, report, ALPHA))
+        except NotFound:
+            chat = f" of chat {request.chat_id!r}" if request.chat_id else ""
             raise RequestError(
                 grpc.StatusCode.NOT_FOUND,
-                f"generation {request.generation_id!r} is not known to this server process: it keeps the "
-                f"estimates of its last {self._generations.capacity} ShiftContext generations in memory "
-                "(send FinishGeneration over the channel that made the ShiftContext call)",
-            )
-        recorded = None
-        # Only approximate counts are calibrated (exact ones are the model's own), once per generation.
-        if reported is not None and generation.approximate and not generation.reported:
-            recorded = calibration.record(generation.model, generation.prompt_tokens, reported)
-        current = recorded or calibration.DEFAULT.get(generation.model)
-        response = pb.FinishGenerationResponse(calibration_recorded=recorded is not None)
-        if current is not None:
-            response.calibration.CopyFrom(
-                pb.Calibration(model=current.model, factor=current.factor, samples=current.samples)
-            )
+                f"generation {request.generation_id!r}{chat} is not stored: ShiftContext stores a generation "
+                "when it names a chat_id, or when its counts are calibrated (an approximate profile and a "
+                "model); stored generations expire after generation_retention_hours and go with DeleteChat",
+            ) from None
+        g = finished.generation
+        response = pb.FinishGenerationResponse(
+            calibration_recorded=finished.calibration_recorded,
+            calibration=_calibration_message(finished.calibration),
+            status=audits.STATUSES[g.status],
+        )
+        if g.error_code:
+            response.provider_error_code = audits.ERROR_CODES[ErrorCode(g.error_code)]
         return response
 
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))
+        _checked(convert.id_violations("chat_id", request.chat_id))
+        tenant = self._tenant(context)
+        deleted = await self._on_thread(functools.partial(self._store.delete_chat, tenant, request.chat_id))
+        return pb.DeleteChatResponse(deleted=deleted)
+
+    async def AppendBlocks(
+        self, request: pb.AppendBlocksRequest, context: Context
+    ) -> pb.AppendBlocksResponse:
+        _checked(convert.id_violations("chat_id", request.chat_id))
+        if request.blocks and request.blocks_json:
+            raise invalid("blocks_json", "set either blocks or blocks_json, not both")
+        if not request.blocks and not request.blocks_json:
+            raise invalid("blocks", "nothing to append: set blocks or blocks_json")
+        store = TenantStore(self._store, self._tenant(context))
+
+        def append() -> pb.AppendBlocksResponse:
+            profile = convert.resolve_model(
+                request.profile, request.model, request.model_role, store
+            ).resolution.profile
+            typed = [convert.block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
+            new = history.typed_texts(typed) if typed else history.request_texts(request.blocks_json.encode())
+            if not new:
+                raise invalid("blocks_json", "nothing to append: an empty array")
+            rename = convert.typed_field if typed else None
+            counted: list[StoredBlock] = []
+
+            def prepare(stored: Sequence[StoredBlock]) -> Sequence[StoredBlock]:
+                counted[:] = history.appended(stored, new, profile, rename)
+                if _stable_counts(profile):
+                    return counted
+                return [StoredBlock(block.json) for block in counted]
+
+            total = self._store.append_blocks(store.tenant, request.chat_id, profile, prepare)
+            return pb.AppendBlocksResponse(
+                block_count=total, tokens=[b.tokens or 0 for b in counted], profile=profile
+            )
+
+        response = await self._on_thread(append)
+        call_stats().blocks = len(response.tokens)
+        return response
+
+    async def SetModelConfig(
+        self, request: pb.SetModelConfigRequest, context: Context
+    ) -> pb.SetModelConfigResponse:
+        config = model_configs.from_proto(request.config)
+        _checked(model_configs.check(config, "config"))
+        tenant = self._tenant(context)
+        stored = await self._on_thread(functools.partial(self._store.set_model_config, tenant, config))
+        return pb.SetModelConfigResponse(config=model_configs.to_proto(stored))
+
+    async def GetModelConfig(
+        self, request: pb.GetModelConfigRequest, context: Context
+    ) -> pb.GetModelConfigResponse:
+        role = convert.role_of(request.role, "role")
+        if bool(request.model) == (role is not Role.NONE):
+            raise invalid("model", "set either model or role")
+        _checked(convert.id_violations("model", request.model, required=False))
+        tenant = self._tenant(context)
+        found = await self._on_thread(
+            functools.partial(self._store.get_model_config, tenant, request.model, role)
+        )
+        if found is None:
+            what = f"model {request.model!r}" if request.model else f"role {role.value!r}"
+            raise RequestError(grpc.StatusCode.NOT_FOUND, f"no model configuration for {what}")
+        return pb.GetModelConfigResponse(config=model_configs.to_proto(found))
+
+    async def ListModelConfigs(
+        self, request: pb.ListModelConfigsRequest, context: Context
+    ) -> pb.ListModelConfigsResponse:
+        found = await self._on_thread(functools.partial(self._store.model_configs, self._tenant(context)))
+        return pb.ListModelConfigsResponse(configs=[model_configs.to_proto(c) for c in found])
+
+    async def DeleteModelConfig(
+        self, request: pb.DeleteModelConfigRequest, context: Context
+    ) -> pb.DeleteModelConfigResponse:
+        _checked(convert.id_violations("model", request.model))
+        tenant = self._tenant(context)
+        deleted = await self._on_thread(
+            functools.partial(self._store.delete_model_config, tenant, request.model)
+        )
+        return pb.DeleteModelConfigResponse(deleted=deleted)
 
     async def ListStrategies(
         self, request: pb.ListStrategiesRequest, context: Context

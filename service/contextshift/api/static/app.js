@@ -235,16 +235,20 @@ function renderAudit(audit, blocks) {
     return { id: b.id, role: block.role || block.type || "", kind: block.kind || "", tokens: b.tokens, decision: b.kept ? "kept" : "excluded", reason: b.reason, text: blockText(block) };
   });
   const kept = audit.blocks.filter((b) => b.kept).length;
+  const plan = audit.plan || {};
   $("title").textContent = `Last audit of chat ${audit.chatId} (generation ${audit.generationId})`;
   $("summary").textContent =
-    `${kept} kept, ${audit.blocks.length - kept} excluded; prompt ${audit.promptTokens} tokens, ` +
-    `profile ${audit.profile}${audit.approximate ? " (approximate)" : ""}; ${audit.provider} ${audit.model}; ` +
-    `status ${audit.status}${audit.errorCode ? ` (${audit.errorCode})` : ""}`;
-  const reserve = number(audit.responseReserve);
-  const limit = number(audit.contextLimit);
-  renderBudget(number(audit.promptTokens), Math.max(limit - reserve, 0), limit, reserve);
+    `${kept} kept, ${audit.blocks.length - kept} excluded; prompt ${number(plan.promptTokens)} of ` +
+    `${number(plan.budget)} tokens, profile ${plan.profile}${plan.approximate ? " (approximate)" : ""}; ` +
+    `${audit.provider || ""} ${audit.model || ""}; status ${audit.status}` +
+    `${audit.providerErrorCode ? ` (${audit.providerErrorCode})` : ""}`;
+  const limit = number(plan.contextLimit);
+  renderBudget(number(plan.promptTokens), number(plan.budget), limit, Math.max(limit - number(plan.budget), 0), number(plan.calibratedPromptTokens));
   renderRows(rows);
-  renderNotes([["Diagnostics", audit.diagnostics || []]]);
+  renderNotes([
+    ["Truncations", (plan.truncated || []).map((t) => `${t.id}: ${t.tokensBefore} → ${t.tokensAfter} tokens (${t.how})`)],
+    ["Diagnostics", (plan.diagnostics || []).map((d) => `${d.source}: ${d.event}: ${d.detail}`)],
+  ]);
   $("result").hidden = false;
 }
 

@@ -11,9 +11,24 @@ Errors are google.rpc.Status with details:
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
   concurrency limit (retry with backoff).
-- NOT_FOUND: FinishGeneration for a generation this server process does not remember.
-- UNIMPLEMENTED: the RPC needs a part not built yet (the audit store).
+- FAILED_PRECONDITION + google.rpc.ErrorInfo(domain "contextshift.v1") for a request that is
+  fine but does not fit the stored state: reason "STALE_GENERATION" (FinishGeneration of a
+  generation a newer ShiftContext of its chat replaced), "GENERATION_ALREADY_FINISHED" (finished
+  before with another status), "MODEL_ROLE_NOT_CONFIGURED" (`model_role` names a role no model
+  configuration has).
+- ALREADY_EXISTS + google.rpc.ErrorInfo(reason "GENERATION_ID_IN_USE"): ShiftContext with a
+  `generation_id` that another chat of the tenant already uses.
+- NOT_FOUND: no audit for the chat (GetContextAudit), no stored generation (FinishGeneration), no
+  model configuration (GetModelConfig).
+- UNAVAILABLE: the store cannot be reached or stayed locked past its timeout; nothing was
+  written (retry with backoff).
 - INTERNAL: a bug in contextshift; the server logs it.
+
+State (audits, generations, calibrations, stored chat history, model configurations) lives in
+the server's store (SQLite by default, PostgreSQL for several replicas), so any worker process or
+replica over the same store answers for any chat. Every row belongs to a tenant: the caller's
+tenant once API keys exist, the default tenant "" until then; one tenant never sees another's
+chats, generations, calibrations or configurations, even under the same ids.
 """
 
 from collections import abc as _abc
@@ -32,6 +47,11 @@ if sys.version_info >= (3, 11):
     from typing import TypeAlias as _TypeAlias, Never as _Never
 else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
+
+if sys.version_info >= (3, 13):
+    from warnings import deprecated as _deprecated
+else:
+    from typing_extensions import deprecated as _deprecated
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -62,6 +82,30 @@ OUTPUT_FORMAT_OPENAI_CHAT: OutputFormat.ValueType  # 2
 OUTPUT_FORMAT_ANTHROPIC_MESSAGES: OutputFormat.ValueType  # 3
 """Anthropic Messages: `messages`, with system blocks joined into `system`."""
 Global___OutputFormat: _TypeAlias = OutputFormat  # noqa: Y015
+
+class _ModelRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ModelRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ModelRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MODEL_ROLE_UNSPECIFIED: _ModelRole.ValueType  # 0
+    """No role: the request names its model, or none."""
+    MODEL_ROLE_MAIN: _ModelRole.ValueType  # 1
+    """The main model (large window, full answers)."""
+    MODEL_ROLE_FAST: _ModelRole.ValueType  # 2
+    """The fast model (cheap calls: titles, routing, summaries), with its own budget."""
+
+class ModelRole(_ModelRole, metaclass=_ModelRoleEnumTypeWrapper):
+    """Which of a tenant's configured models a request means."""
+
+MODEL_ROLE_UNSPECIFIED: ModelRole.ValueType  # 0
+"""No role: the request names its model, or none."""
+MODEL_ROLE_MAIN: ModelRole.ValueType  # 1
+"""The main model (large window, full answers)."""
+MODEL_ROLE_FAST: ModelRole.ValueType  # 2
+"""The fast model (cheap calls: titles, routing, summaries), with its own budget."""
+Global___ModelRole: _TypeAlias = ModelRole  # noqa: Y015
 
 class _Exactness:
     ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -102,26 +146,116 @@ class _GenerationStatus:
 class _GenerationStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GenerationStatus.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     GENERATION_STATUS_UNSPECIFIED: _GenerationStatus.ValueType  # 0
-    """Not reported yet."""
+    """Not set (requests must set a terminal status)."""
     GENERATION_STATUS_COMPLETED: _GenerationStatus.ValueType  # 1
     """The provider answered."""
     GENERATION_STATUS_FAILED: _GenerationStatus.ValueType  # 2
-    """The provider call failed (see `error_code`)."""
+    """The provider call failed (see `provider_error`)."""
     GENERATION_STATUS_CANCELLED: _GenerationStatus.ValueType  # 3
-    """The caller cancelled."""
+    """The caller cancelled, or the ShiftContext call was cancelled after its audit was written."""
+    GENERATION_STATUS_PENDING: _GenerationStatus.ValueType  # 4
+    """Shifted and audited; not reported yet (audits only)."""
 
 class GenerationStatus(_GenerationStatus, metaclass=_GenerationStatusEnumTypeWrapper):
-    """Terminal status of a generation."""
+    """Status of a generation."""
 
 GENERATION_STATUS_UNSPECIFIED: GenerationStatus.ValueType  # 0
-"""Not reported yet."""
+"""Not set (requests must set a terminal status)."""
 GENERATION_STATUS_COMPLETED: GenerationStatus.ValueType  # 1
 """The provider answered."""
 GENERATION_STATUS_FAILED: GenerationStatus.ValueType  # 2
-"""The provider call failed (see `error_code`)."""
+"""The provider call failed (see `provider_error`)."""
 GENERATION_STATUS_CANCELLED: GenerationStatus.ValueType  # 3
-"""The caller cancelled."""
+"""The caller cancelled, or the ShiftContext call was cancelled after its audit was written."""
+GENERATION_STATUS_PENDING: GenerationStatus.ValueType  # 4
+"""Shifted and audited; not reported yet (audits only)."""
 Global___GenerationStatus: _TypeAlias = GenerationStatus  # noqa: Y015
+
+class _ProviderErrorCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ProviderErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ProviderErrorCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PROVIDER_ERROR_CODE_UNSPECIFIED: _ProviderErrorCode.ValueType  # 0
+    """No error (the generation did not fail)."""
+    PROVIDER_ERROR_CODE_CONTEXT_LENGTH_EXCEEDED: _ProviderErrorCode.ValueType  # 1
+    """The prompt was over the model's context window (OpenAI `context_length_exceeded`, Anthropic
+    "prompt is too long", Gemini "input token count ... exceeds", vLLM / Mistral "maximum context
+    length").
+    """
+    PROVIDER_ERROR_CODE_RATE_LIMITED: _ProviderErrorCode.ValueType  # 2
+    """Rate limit or quota (HTTP 429, Anthropic `rate_limit_error`, Gemini `RESOURCE_EXHAUSTED`,
+    OpenAI `insufficient_quota`).
+    """
+    PROVIDER_ERROR_CODE_AUTHENTICATION_FAILED: _ProviderErrorCode.ValueType  # 3
+    """The credentials were refused (HTTP 401, `invalid_api_key`, `authentication_error`,
+    `API_KEY_INVALID`, `UNAUTHENTICATED`).
+    """
+    PROVIDER_ERROR_CODE_PERMISSION_DENIED: _ProviderErrorCode.ValueType  # 4
+    """The credentials may not do this (HTTP 403, `permission_error`, `PERMISSION_DENIED`; also
+    Anthropic `billing_error`, HTTP 402).
+    """
+    PROVIDER_ERROR_CODE_INVALID_REQUEST: _ProviderErrorCode.ValueType  # 5
+    """The provider rejected the request as malformed or unknown (HTTP 400, 404, 409, 413, 422:
+    `invalid_request_error`, `not_found_error`, `INVALID_ARGUMENT`, `FAILED_PRECONDITION`,
+    `model_not_found`).
+    """
+    PROVIDER_ERROR_CODE_CONTENT_FILTERED: _ProviderErrorCode.ValueType  # 6
+    """A safety or content filter blocked the prompt or the answer (`content_filter`,
+    `content_policy_violation`, Gemini `SAFETY` / `PROHIBITED_CONTENT` / `BLOCKLIST`).
+    """
+    PROVIDER_ERROR_CODE_TIMEOUT: _ProviderErrorCode.ValueType  # 7
+    """The call timed out (HTTP 408, 504, 524, `DEADLINE_EXCEEDED`, `timeout_error`)."""
+    PROVIDER_ERROR_CODE_PROVIDER_UNAVAILABLE: _ProviderErrorCode.ValueType  # 8
+    """The provider failed or was overloaded (HTTP 500, 502, 503, 529, `api_error`,
+    `overloaded_error`, `server_error`, `UNAVAILABLE`, `INTERNAL`).
+    """
+    PROVIDER_ERROR_CODE_UNKNOWN: _ProviderErrorCode.ValueType  # 9
+    """A failure none of the above matched, or a FAILED generation reported with no error."""
+
+class ProviderErrorCode(_ProviderErrorCode, metaclass=_ProviderErrorCodeEnumTypeWrapper):
+    """A provider failure, normalized from what the provider answered (the upstream message and body
+    are never stored).
+    """
+
+PROVIDER_ERROR_CODE_UNSPECIFIED: ProviderErrorCode.ValueType  # 0
+"""No error (the generation did not fail)."""
+PROVIDER_ERROR_CODE_CONTEXT_LENGTH_EXCEEDED: ProviderErrorCode.ValueType  # 1
+"""The prompt was over the model's context window (OpenAI `context_length_exceeded`, Anthropic
+"prompt is too long", Gemini "input token count ... exceeds", vLLM / Mistral "maximum context
+length").
+"""
+PROVIDER_ERROR_CODE_RATE_LIMITED: ProviderErrorCode.ValueType  # 2
+"""Rate limit or quota (HTTP 429, Anthropic `rate_limit_error`, Gemini `RESOURCE_EXHAUSTED`,
+OpenAI `insufficient_quota`).
+"""
+PROVIDER_ERROR_CODE_AUTHENTICATION_FAILED: ProviderErrorCode.ValueType  # 3
+"""The credentials were refused (HTTP 401, `invalid_api_key`, `authentication_error`,
+`API_KEY_INVALID`, `UNAUTHENTICATED`).
+"""
+PROVIDER_ERROR_CODE_PERMISSION_DENIED: ProviderErrorCode.ValueType  # 4
+"""The credentials may not do this (HTTP 403, `permission_error`, `PERMISSION_DENIED`; also
+Anthropic `billing_error`, HTTP 402).
+"""
+PROVIDER_ERROR_CODE_INVALID_REQUEST: ProviderErrorCode.ValueType  # 5
+"""The provider rejected the request as malformed or unknown (HTTP 400, 404, 409, 413, 422:
+`invalid_request_error`, `not_found_error`, `INVALID_ARGUMENT`, `FAILED_PRECONDITION`,
+`model_not_found`).
+"""
+PROVIDER_ERROR_CODE_CONTENT_FILTERED: ProviderErrorCode.ValueType  # 6
+"""A safety or content filter blocked the prompt or the answer (`content_filter`,
+`content_policy_violation`, Gemini `SAFETY` / `PROHIBITED_CONTENT` / `BLOCKLIST`).
+"""
+PROVIDER_ERROR_CODE_TIMEOUT: ProviderErrorCode.ValueType  # 7
+"""The call timed out (HTTP 408, 504, 524, `DEADLINE_EXCEEDED`, `timeout_error`)."""
+PROVIDER_ERROR_CODE_PROVIDER_UNAVAILABLE: ProviderErrorCode.ValueType  # 8
+"""The provider failed or was overloaded (HTTP 500, 502, 503, 529, `api_error`,
+`overloaded_error`, `server_error`, `UNAVAILABLE`, `INTERNAL`).
+"""
+PROVIDER_ERROR_CODE_UNKNOWN: ProviderErrorCode.ValueType  # 9
+"""A failure none of the above matched, or a FAILED generation reported with no error."""
+Global___ProviderErrorCode: _TypeAlias = ProviderErrorCode  # noqa: Y015
 
 @_typing.final
 class ShiftContextRequest(_message.Message):
@@ -142,36 +276,48 @@ class ShiftContextRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
+    MODEL_ROLE_FIELD_NUMBER: _builtins.int
+    USE_STORED_HISTORY_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """The conversation as the caller's own JSON array (OpenAI Chat Completions or Responses,
     Anthropic Messages, Vercel AI SDK, or contextshift block objects), parsed by the engine.
     """
     chat_id: _builtins.str
-    """The chat this generation belongs to (for the audit)."""
+    """The chat this generation belongs to: when set, the shift's audit replaces the chat's last one
+    (GetContextAudit), and FinishGeneration can report how the generation ended. At most 256
+    bytes, no control characters; empty: no audit is written.
+    """
     generation_id: _builtins.str
-    """Identifies this generation; a UUIDv7 is generated when empty."""
+    """Identifies this generation; a UUIDv7 is generated when empty. At most 256 bytes, no control
+    characters. Reusing the id of an earlier generation of the same chat starts that generation
+    over (a retried call); an id another chat of the tenant uses is ALREADY_EXISTS.
+    """
     provider: _builtins.str
     """The provider the prompt goes to, e.g. "openai" (for the audit)."""
     model: _builtins.str
-    """The model, e.g. "gpt-4o" or "claude-sonnet-4-5". A model in the server's registry picks the
-    tokenizer profile (unless `profile` is set) and the default window and answer reserve; an
-    unknown model counts with "heuristic" and says so in the warnings. The model is also the key of
-    the calibration of approximate counts (FinishGeneration).
+    """The model, e.g. "gpt-4o" or "claude-sonnet-4-5". Its stored configuration (SetModelConfig),
+    else the server's model registry, picks the tokenizer profile (unless `profile` is set) and
+    the default window and answer reserve; a model in neither counts with "heuristic" and says so
+    in the warnings. The model is also the key of the calibration of approximate counts
+    (FinishGeneration). Set either `model` or `model_role`, not both.
     """
     profile: _builtins.str
     """A tokenizer profile (see ListTokenizerProfiles), or a registered model name, that overrides
     the model's profile; an unknown name is INVALID_ARGUMENT.
     """
     context_limit: _builtins.int
-    """The model's context window in tokens. Default: LLM_CONTEXT_SIZE, else the model registry's
-    window for `model`, else 128000.
+    """The model's context window in tokens. Default, first found: the model's stored configuration
+    (`context_size`), LLM_CONTEXT_SIZE, the model registry's window for the model, 128000.
     """
     response_reserve: _builtins.int
-    """Tokens kept free for the answer. Default: LLM_MAX_OUTPUT_TOKENS, else the model registry's
-    maximum output for `model`, else 64000.
+    """Tokens kept free for the answer. Default, first found: the model's stored configuration
+    (`max_output_tokens`), LLM_MAX_OUTPUT_TOKENS, the model registry's maximum output for the
+    model, 64000.
     """
     system_reserve: _builtins.int
-    """Tokens kept free for a system prompt the caller does not send; default 0."""
+    """Tokens kept free for a system prompt the caller does not send. Default: the model's stored
+    configuration (`system_reserve`), else 0.
+    """
     strategy: _builtins.str
     """The strategy (see ListStrategies): "truncate" (the default when empty), "summarize",
     "vector-recall", "manual", "clear-tool-results", "llm-compact", or a plugin's. Unknown:
@@ -179,6 +325,23 @@ class ShiftContextRequest(_message.Message):
     """
     output_format: Global___OutputFormat.ValueType
     """The format of `plan.messages`."""
+    model_role: Global___ModelRole.ValueType
+    """Instead of `model`: the role of the model to use ("main" or "fast"). The stored model
+    configuration holding that role names the model and gives its budget figures and profile, as
+    if its model had been given. FAILED_PRECONDITION (ErrorInfo "MODEL_ROLE_NOT_CONFIGURED") when
+    no configuration holds the role.
+    """
+    use_stored_history: _builtins.bool
+    """Needs `chat_id`. The chat's stored history (AppendBlocks) comes first, then the request's
+    blocks (`blocks` or `blocks_json`), which are not stored by this call; when the history ends
+    with a user block and the request's first block is the same JSON value with role user (the
+    current input sent again after it was appended), the request's copy is dropped, with a
+    warning. Blocks are numbered over the whole conversation (ids "#<n>" count the stored blocks,
+    and errors name request blocks by their index in the request). Stored token counts of the
+    history's blocks for the profile are reused, so a turn counts only its new blocks (and the
+    final recount, from the process's count cache). A chat with no stored history shifts the
+    request's blocks alone.
+    """
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """The conversation as typed blocks, oldest first. Set either `blocks` or `blocks_json`."""
@@ -210,10 +373,12 @@ class ShiftContextRequest(_message.Message):
         strategy: _builtins.str = ...,
         options: _struct_pb2.Struct | None = ...,
         output_format: Global___OutputFormat.ValueType = ...,
+        model_role: Global___ModelRole.ValueType = ...,
+        use_stored_history: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "use_stored_history", b"use_stored_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -276,6 +441,8 @@ class PreviewContextRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
+    MODEL_ROLE_FIELD_NUMBER: _builtins.int
+    USE_STORED_HISTORY_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """See ShiftContextRequest.blocks_json."""
     chat_id: _builtins.str
@@ -296,6 +463,10 @@ class PreviewContextRequest(_message.Message):
     """See ShiftContextRequest.strategy."""
     output_format: Global___OutputFormat.ValueType
     """See ShiftContextRequest.output_format."""
+    model_role: Global___ModelRole.ValueType
+    """See ShiftContextRequest.model_role."""
+    use_stored_history: _builtins.bool
+    """See ShiftContextRequest.use_stored_history (the history is read; nothing is written)."""
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """See ShiftContextRequest.blocks."""
@@ -319,10 +490,12 @@ class PreviewContextRequest(_message.Message):
         strategy: _builtins.str = ...,
         options: _struct_pb2.Struct | None = ...,
         output_format: Global___OutputFormat.ValueType = ...,
+        model_role: Global___ModelRole.ValueType = ...,
+        use_stored_history: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "use_stored_history", b"use_stored_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -433,7 +606,9 @@ class ContextPlan(_message.Message):
 
     @_builtins.property
     def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Things the caller should know (budget floor applied, pins removed by the cap, ...)."""
+        """Things the caller should know (budget floor applied, pins removed by the cap, a duplicate of
+        the stored history's last user block dropped, ...).
+        """
 
     @_builtins.property
     def messages(self) -> Global___ProviderMessages:
@@ -749,7 +924,7 @@ Global___ProviderMessages: _TypeAlias = ProviderMessages  # noqa: Y015
 
 @_typing.final
 class CompactionNote(_message.Message):
-    """Whether history was dropped or compacted."""
+    """Whether history was dropped or compacted: what a UI needs to draw its divider."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -760,7 +935,7 @@ class CompactionNote(_message.Message):
     was_compacted: _builtins.bool
     """True when any block was excluded."""
     original_count: _builtins.int
-    """Blocks in the request."""
+    """Blocks shifted: the stored history's (with `use_stored_history`) and the request's."""
     compacted_count: _builtins.int
     """Blocks sent (a summary block included)."""
     divider_text: _builtins.str
@@ -1020,6 +1195,50 @@ class TokenizerProfile(_message.Message):
 Global___TokenizerProfile: _TypeAlias = TokenizerProfile  # noqa: Y015
 
 @_typing.final
+class ProviderError(_message.Message):
+    """What the caller saw when its provider call failed, copied from the provider's error response.
+    Only the ProviderErrorCode derived from it is stored; `message` is read to classify errors whose
+    kind is only in the text (Anthropic's and Gemini's context length errors) and then dropped.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HTTP_STATUS_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    http_status: _builtins.int
+    """The HTTP status of the provider's answer, e.g. 429; 0 when there was no answer (a timeout or
+    a dropped connection).
+    """
+    type: _builtins.str
+    """The provider's error type: OpenAI / Anthropic `error.type` (e.g. "invalid_request_error",
+    "overloaded_error"), Gemini `error.status` (e.g. "RESOURCE_EXHAUSTED"), or an SDK's exception
+    class name (e.g. "APITimeoutError").
+    """
+    code: _builtins.str
+    """The provider's error code: OpenAI `error.code` (e.g. "context_length_exceeded"), a Gemini
+    `ErrorInfo.reason` (e.g. "API_KEY_INVALID") or block reason (e.g. "SAFETY").
+    """
+    message: _builtins.str
+    """The provider's error message; used for classification only, never stored."""
+    def __init__(
+        self,
+        *,
+        http_status: _builtins.int = ...,
+        type: _builtins.str = ...,
+        code: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "http_status", b"http_status", "message", b"message", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProviderError: _TypeAlias = ProviderError  # noqa: Y015
+
+@_typing.final
 class GetContextAuditRequest(_message.Message):
     """Input of GetContextAudit."""
 
@@ -1027,7 +1246,7 @@ class GetContextAuditRequest(_message.Message):
 
     CHAT_ID_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
-    """The chat whose last audit to return."""
+    """The chat whose last audit to return. Required; at most 256 bytes."""
     def __init__(
         self,
         *,
@@ -1067,7 +1286,10 @@ Global___GetContextAuditResponse: _TypeAlias = GetContextAuditResponse  # noqa: 
 
 @_typing.final
 class ContextAudit(_message.Message):
-    """What one ShiftContext decided, recorded before the caller's provider call (DESIGN.md §8)."""
+    """What the last ShiftContext of a chat decided, recorded before its reply was sent (DESIGN.md
+    §8), and how the generation ended. Only the last audit of a chat is kept; a new ShiftContext
+    replaces it atomically (a reader sees the old or the new, never a mix).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1076,58 +1298,58 @@ class ContextAudit(_message.Message):
     PROVIDER_FIELD_NUMBER: _builtins.int
     MODEL_FIELD_NUMBER: _builtins.int
     BLOCKS_FIELD_NUMBER: _builtins.int
-    CONTEXT_LIMIT_FIELD_NUMBER: _builtins.int
-    RESPONSE_RESERVE_FIELD_NUMBER: _builtins.int
-    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
-    PROFILE_FIELD_NUMBER: _builtins.int
-    APPROXIMATE_FIELD_NUMBER: _builtins.int
-    MESSAGES_FIELD_NUMBER: _builtins.int
-    DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
+    TIMINGS_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
-    ERROR_CODE_FIELD_NUMBER: _builtins.int
-    CREATED_AT_FIELD_NUMBER: _builtins.int
-    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    PROVIDER_ERROR_CODE_FIELD_NUMBER: _builtins.int
+    REPORTED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    FINISH_TIME_FIELD_NUMBER: _builtins.int
+    MESSAGES_OMITTED_FIELD_NUMBER: _builtins.int
     generation_id: _builtins.str
     """The generation."""
     chat_id: _builtins.str
     """The chat."""
     provider: _builtins.str
-    """The provider."""
+    """The provider, as the ShiftContext request named it."""
     model: _builtins.str
-    """The model."""
-    context_limit: _builtins.int
-    """The context window."""
-    response_reserve: _builtins.int
-    """The answer reserve."""
-    prompt_tokens: _builtins.int
-    """Tokens of the final prompt."""
-    profile: _builtins.str
-    """The profile counted with."""
-    approximate: _builtins.bool
-    """True when counts are approximate."""
+    """The model the counts were made for (ContextPlan.model)."""
     status: Global___GenerationStatus.ValueType
-    """How the generation ended, once reported."""
-    error_code: _builtins.str
-    """A normalized provider error code when `status` is FAILED (never the upstream body)."""
+    """PENDING until FinishGeneration reports how the generation ended."""
+    provider_error_code: Global___ProviderErrorCode.ValueType
+    """With status FAILED: the normalized provider error."""
+    reported_prompt_tokens: _builtins.int
+    """The prompt tokens the provider reported (FinishGeneration), when it did."""
+    messages_omitted: _builtins.bool
+    """True when the server stores no message text (`audit_messages = false`): `plan.messages` is
+    empty; ids, tokens and reasons are kept.
+    """
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditBlock]:
-        """Every block in actual order, kept or excluded, with tokens and reason."""
+        """Every block in the prompt's order, kept or excluded (and an inserted summary block, if any),
+        with tokens and reason: the kept block ids in order and the excluded ones where they stood.
+        """
 
     @_builtins.property
-    def messages(self) -> Global___ProviderMessages:
-        """The final provider messages."""
+    def plan(self) -> Global___ContextPlan:
+        """The plan as ShiftContext returned it, without its `kept` and `excluded` lists (`blocks` has
+        them in order): context limit, answer reserve, budget, raw and calibrated prompt tokens, the
+        calibration factor, profile, `approximate`, warnings, truncations, the compaction note, the
+        diagnostics of plugins and interceptors, and the final provider messages (left out when the
+        server runs with `audit_messages = false`).
+        """
 
     @_builtins.property
-    def diagnostics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """Plugin and interceptor diagnostics."""
+    def timings(self) -> Global___AuditTimings:
+        """Where the ShiftContext call's time went."""
 
     @_builtins.property
-    def created_at(self) -> _timestamp_pb2.Timestamp:
+    def create_time(self) -> _timestamp_pb2.Timestamp:
         """When the shift ran."""
 
     @_builtins.property
-    def finished_at(self) -> _timestamp_pb2.Timestamp:
-        """When FinishGeneration was reported."""
+    def finish_time(self) -> _timestamp_pb2.Timestamp:
+        """When FinishGeneration reported the status; unset while PENDING."""
 
     def __init__(
         self,
@@ -1137,25 +1359,52 @@ class ContextAudit(_message.Message):
         provider: _builtins.str = ...,
         model: _builtins.str = ...,
         blocks: _abc.Iterable[Global___AuditBlock] | None = ...,
-        context_limit: _builtins.int = ...,
-        response_reserve: _builtins.int = ...,
-        prompt_tokens: _builtins.int = ...,
-        profile: _builtins.str = ...,
-        approximate: _builtins.bool = ...,
-        messages: Global___ProviderMessages | None = ...,
-        diagnostics: _abc.Iterable[_builtins.str] | None = ...,
+        plan: Global___ContextPlan | None = ...,
+        timings: Global___AuditTimings | None = ...,
         status: Global___GenerationStatus.ValueType = ...,
-        error_code: _builtins.str = ...,
-        created_at: _timestamp_pb2.Timestamp | None = ...,
-        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        provider_error_code: Global___ProviderErrorCode.ValueType = ...,
+        reported_prompt_tokens: _builtins.int | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        finish_time: _timestamp_pb2.Timestamp | None = ...,
+        messages_omitted: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "finished_at", b"finished_at", "messages", b"messages"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "create_time", b"create_time", "finish_time", b"finish_time", "plan", b"plan", "reported_prompt_tokens", b"reported_prompt_tokens", "timings", b"timings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "blocks", b"blocks", "chat_id", b"chat_id", "context_limit", b"context_limit", "created_at", b"created_at", "diagnostics", b"diagnostics", "error_code", b"error_code", "finished_at", b"finished_at", "generation_id", b"generation_id", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "provider", b"provider", "response_reserve", b"response_reserve", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "blocks", b"blocks", "chat_id", b"chat_id", "create_time", b"create_time", "finish_time", b"finish_time", "generation_id", b"generation_id", "messages_omitted", b"messages_omitted", "model", b"model", "plan", b"plan", "provider", b"provider", "provider_error_code", b"provider_error_code", "reported_prompt_tokens", b"reported_prompt_tokens", "status", b"status", "timings", b"timings"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__reported_prompt_tokens: _TypeAlias = _typing.Literal["reported_prompt_tokens"]  # noqa: Y015
+    _WhichOneofArgType__reported_prompt_tokens: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reported_prompt_tokens) -> _WhichOneofReturnType__reported_prompt_tokens | None: ...
+
+Global___ContextAudit: _TypeAlias = ContextAudit  # noqa: Y015
+
+@_typing.final
+class AuditTimings(_message.Message):
+    """Where a ShiftContext call's time went, in milliseconds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_READ_MS_FIELD_NUMBER: _builtins.int
+    SHIFT_MS_FIELD_NUMBER: _builtins.int
+    store_read_ms: _builtins.float
+    """Reading the store before the shift: the model configuration, the calibration and the stored
+    history.
+    """
+    shift_ms: _builtins.float
+    """The shift itself: parsing, counting, planning and encoding the reply."""
+    def __init__(
+        self,
+        *,
+        store_read_ms: _builtins.float = ...,
+        shift_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["shift_ms", b"shift_ms", "store_read_ms", b"store_read_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___ContextAudit: _TypeAlias = ContextAudit  # noqa: Y015
+Global___AuditTimings: _TypeAlias = AuditTimings  # noqa: Y015
 
 @_typing.final
 class AuditBlock(_message.Message):
@@ -1164,24 +1413,24 @@ class AuditBlock(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ID_FIELD_NUMBER: _builtins.int
-    KEPT_FIELD_NUMBER: _builtins.int
     TOKENS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    KEPT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
-    """The block id."""
-    kept: _builtins.bool
-    """Whether it was sent."""
+    """The block id (given, or "#<position>")."""
     tokens: _builtins.int
-    """Its tokens."""
+    """The block's tokens (after any cut), raw."""
     reason: _builtins.str
     """The stable reason code (see BlockDecision.reason)."""
+    kept: _builtins.bool
+    """Whether it was sent."""
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
-        kept: _builtins.bool = ...,
         tokens: _builtins.int = ...,
         reason: _builtins.str = ...,
+        kept: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
@@ -1195,14 +1444,18 @@ Global___AuditBlock: _TypeAlias = AuditBlock  # noqa: Y015
 class FinishGenerationRequest(_message.Message):
     """Input of FinishGeneration.
 
-    The server keeps, in memory and per server process, the model and raw prompt-token estimate of
-    the last 10,000 ShiftContext generations (PreviewContext writes nothing). A generation it does
-    not remember (unknown, evicted, served by another process, or before a restart) is NOT_FOUND.
-    With several worker processes the call must reach the process that served the ShiftContext:
-    send both over the same channel, since the server's load is spread per connection (after a
-    reconnect or a restart the report may find no generation: treat that NOT_FOUND as a skipped
-    calibration, not a failed generation). The terminal status (`status`, `error_code`) is validated
-    but not stored until the audit store exists (GetContextAudit is UNIMPLEMENTED until then).
+    Generations are stored (with the model and the raw prompt-token estimate that calibration
+    needs) by every ShiftContext with a `chat_id`, and by a ShiftContext without one whose counts
+    are calibrated (an approximate profile and a model); PreviewContext stores nothing. A report
+    reaches them from any worker process or replica over the same store, and after restarts. Stored
+    generations are kept for `generation_retention_hours` (a chat's current one as long as its
+    audit); an unknown, expired or deleted generation is NOT_FOUND.
+
+    Status transitions: PENDING -> COMPLETED, FAILED or CANCELLED. Reporting the same status again
+    is accepted and changes nothing (a retried call; its `reported_prompt_tokens` still counts once
+    if no report was taken yet). Another status after a terminal one is FAILED_PRECONDITION
+    (ErrorInfo reason "GENERATION_ALREADY_FINISHED"). A generation whose chat has had a newer
+    ShiftContext since is FAILED_PRECONDITION (reason "STALE_GENERATION") and nothing changes.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -1212,21 +1465,40 @@ class FinishGenerationRequest(_message.Message):
     STATUS_FIELD_NUMBER: _builtins.int
     ERROR_CODE_FIELD_NUMBER: _builtins.int
     REPORTED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    PROVIDER_ERROR_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
-    """The chat (for the audit, later; not checked now)."""
+    """The chat of the generation. Optional: when set, it must be the chat the generation was
+    shifted for (else NOT_FOUND).
+    """
     generation_id: _builtins.str
     """The generation, as returned by ShiftContext. Required."""
     status: Global___GenerationStatus.ValueType
     """How it ended. Required: COMPLETED, FAILED or CANCELLED."""
-    error_code: _builtins.str
-    """A normalized provider error code, only with FAILED, e.g. "rate_limited",
-    "context_length_exceeded".
-    """
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def error_code(self) -> _builtins.str:
+        """Deprecated: use `provider_error`. A provider error code, only with FAILED, normalized as
+        `provider_error.code` is (e.g. "rate_limited", "context_length_exceeded").
+        """
+
+    @error_code.setter
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def error_code(self, value: _builtins.str) -> None:
+        """Deprecated: use `provider_error`. A provider error code, only with FAILED, normalized as
+        `provider_error.code` is (e.g. "rate_limited", "context_length_exceeded").
+        """
+
     reported_prompt_tokens: _builtins.int
     """The prompt tokens the provider reported for this generation's prompt (> 0 when set). When the
     generation was counted with an approximate profile for a model, reported / estimated feeds the
     model's calibration (see FinishGenerationResponse).
     """
+    @_builtins.property
+    def provider_error(self) -> Global___ProviderError:
+        """What the provider answered, only with FAILED; normalized to a ProviderErrorCode (stored), the
+        rest dropped. A FAILED report without it (and without `error_code`) stores UNKNOWN.
+        """
+
     def __init__(
         self,
         *,
@@ -1235,10 +1507,11 @@ class FinishGenerationRequest(_message.Message):
         status: Global___GenerationStatus.ValueType = ...,
         error_code: _builtins.str = ...,
         reported_prompt_tokens: _builtins.int | None = ...,
+        provider_error: Global___ProviderError | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "reported_prompt_tokens", b"reported_prompt_tokens"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "provider_error", b"provider_error", "reported_prompt_tokens", b"reported_prompt_tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "chat_id", b"chat_id", "error_code", b"error_code", "generation_id", b"generation_id", "reported_prompt_tokens", b"reported_prompt_tokens", "status", b"status"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens", "chat_id", b"chat_id", "error_code", b"error_code", "generation_id", b"generation_id", "provider_error", b"provider_error", "reported_prompt_tokens", b"reported_prompt_tokens", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__reported_prompt_tokens: _TypeAlias = _typing.Literal["reported_prompt_tokens"]  # noqa: Y015
     _WhichOneofArgType__reported_prompt_tokens: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens"]  # noqa: Y015
@@ -1255,23 +1528,29 @@ class FinishGenerationResponse(_message.Message):
     1.0; the factor stays in [0.5, 2.0]); later ShiftContext and PreviewContext calls for that model
     with an approximate profile multiply raw counts by the factor (ContextPlan.calibration_factor).
     Generations counted with an exact profile are not fed: their counts are the model's own. The
-    calibration is in memory per server process (at most 4096 models).
+    calibration is stored per tenant and model, so every worker process and replica applies it.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     CALIBRATION_RECORDED_FIELD_NUMBER: _builtins.int
     CALIBRATION_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PROVIDER_ERROR_CODE_FIELD_NUMBER: _builtins.int
     calibration_recorded: _builtins.bool
     """True when this call fed `reported_prompt_tokens` into the model's calibration. False when the
     request carried none, the generation had no model, was counted with an exact profile, or had
     an empty prompt, or when an earlier FinishGeneration already reported for this generation (a
     retried call is not counted twice).
     """
+    status: Global___GenerationStatus.ValueType
+    """The generation's status after this call."""
+    provider_error_code: Global___ProviderErrorCode.ValueType
+    """The stored normalized provider error (with status FAILED)."""
     @_builtins.property
     def calibration(self) -> Global___Calibration:
         """The model's calibration after this call; unset when the generation had no model or the model
-        has no calibration in this process.
+        has no calibration yet.
         """
 
     def __init__(
@@ -1279,10 +1558,12 @@ class FinishGenerationResponse(_message.Message):
         *,
         calibration_recorded: _builtins.bool = ...,
         calibration: Global___Calibration | None = ...,
+        status: Global___GenerationStatus.ValueType = ...,
+        provider_error_code: Global___ProviderErrorCode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "calibration_recorded", b"calibration_recorded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration", b"calibration", "calibration_recorded", b"calibration_recorded", "provider_error_code", b"provider_error_code", "status", b"status"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1290,7 +1571,7 @@ Global___FinishGenerationResponse: _TypeAlias = FinishGenerationResponse  # noqa
 
 @_typing.final
 class Calibration(_message.Message):
-    """The calibration of one model's approximate counts, in this server process."""
+    """The calibration of one model's approximate counts."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1326,7 +1607,7 @@ class DeleteChatRequest(_message.Message):
 
     CHAT_ID_FIELD_NUMBER: _builtins.int
     chat_id: _builtins.str
-    """The chat whose audit to delete."""
+    """The chat to delete. Required; at most 256 bytes."""
     def __init__(
         self,
         *,
@@ -1348,7 +1629,9 @@ class DeleteChatResponse(_message.Message):
 
     DELETED_FIELD_NUMBER: _builtins.int
     deleted: _builtins.bool
-    """True when there was something to delete."""
+    """True when there was something to delete (an audit, a generation or stored history); deleting
+    an unknown chat is not an error.
+    """
     def __init__(
         self,
         *,
@@ -1361,6 +1644,335 @@ class DeleteChatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteChatResponse: _TypeAlias = DeleteChatResponse  # noqa: Y015
+
+@_typing.final
+class AppendBlocksRequest(_message.Message):
+    """Input of AppendBlocks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    BLOCKS_JSON_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    MODEL_ROLE_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat. Required; at most 256 bytes."""
+    blocks_json: _builtins.str
+    """The blocks to append as the caller's own JSON array (any shape ShiftContext accepts); each
+    block is stored as its own JSON text, byte for byte.
+    """
+    model: _builtins.str
+    """The model whose profile counts the blocks (resolved as in ShiftContext); the counts are
+    stored with the blocks and reused by shifts with that profile.
+    """
+    profile: _builtins.str
+    """A tokenizer profile to count with instead (see ShiftContextRequest.profile)."""
+    model_role: Global___ModelRole.ValueType
+    """Instead of `model`: the configured model of this role (see ShiftContextRequest.model_role)."""
+    @_builtins.property
+    def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
+        """The blocks to append, oldest first, typed. Set either `blocks` or `blocks_json`."""
+
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        blocks: _abc.Iterable[_block_pb2.Block] | None = ...,
+        blocks_json: _builtins.str = ...,
+        model: _builtins.str = ...,
+        profile: _builtins.str = ...,
+        model_role: Global___ModelRole.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "model", b"model", "model_role", b"model_role", "profile", b"profile"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendBlocksRequest: _TypeAlias = AppendBlocksRequest  # noqa: Y015
+
+@_typing.final
+class AppendBlocksResponse(_message.Message):
+    """Result of AppendBlocks."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BLOCK_COUNT_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    block_count: _builtins.int
+    """Blocks in the chat's stored history after this call."""
+    profile: _builtins.str
+    """The profile counted with."""
+    @_builtins.property
+    def tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The appended blocks' tokens under `profile`, in order."""
+
+    def __init__(
+        self,
+        *,
+        block_count: _builtins.int = ...,
+        tokens: _abc.Iterable[_builtins.int] | None = ...,
+        profile: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block_count", b"block_count", "profile", b"profile", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AppendBlocksResponse: _TypeAlias = AppendBlocksResponse  # noqa: Y015
+
+@_typing.final
+class ModelConfig(_message.Message):
+    """A model's stored configuration: where a request that names the model (or the role) gets what
+    it does not give itself (DESIGN.md §5). Configurations are per tenant; the server's
+    `model_config_file` loads them into the default tenant "" at start.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    CONTEXT_SIZE_FIELD_NUMBER: _builtins.int
+    MAX_OUTPUT_TOKENS_FIELD_NUMBER: _builtins.int
+    SYSTEM_RESERVE_FIELD_NUMBER: _builtins.int
+    PROFILE_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model name, as requests send it in `model`. Required; at most 256 bytes."""
+    role: Global___ModelRole.ValueType
+    """The role this model plays for the tenant, if any: at most one configuration holds each role,
+    so setting a role takes it from the configuration that held it.
+    """
+    context_size: _builtins.int
+    """The context window in tokens (> 0); unset: LLM_CONTEXT_SIZE, the registry, 128000."""
+    max_output_tokens: _builtins.int
+    """Tokens reserved for the answer (>= 0); unset: LLM_MAX_OUTPUT_TOKENS, the registry, 64000."""
+    system_reserve: _builtins.int
+    """Tokens reserved for a system prompt the caller does not send (>= 0); unset: 0."""
+    profile: _builtins.str
+    """The tokenizer profile (or a registry model name) to count with; empty: the registry's profile
+    for the model.
+    """
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was last set (output only)."""
+
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        role: Global___ModelRole.ValueType = ...,
+        context_size: _builtins.int | None = ...,
+        max_output_tokens: _builtins.int | None = ...,
+        system_reserve: _builtins.int | None = ...,
+        profile: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_context_size", b"_context_size", "_max_output_tokens", b"_max_output_tokens", "_system_reserve", b"_system_reserve", "context_size", b"context_size", "max_output_tokens", b"max_output_tokens", "system_reserve", b"system_reserve", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_size", b"_context_size", "_max_output_tokens", b"_max_output_tokens", "_system_reserve", b"_system_reserve", "context_size", b"context_size", "max_output_tokens", b"max_output_tokens", "model", b"model", "profile", b"profile", "role", b"role", "system_reserve", b"system_reserve", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__context_size: _TypeAlias = _typing.Literal["context_size"]  # noqa: Y015
+    _WhichOneofArgType__context_size: _TypeAlias = _typing.Literal["_context_size", b"_context_size"]  # noqa: Y015
+    _WhichOneofReturnType__max_output_tokens: _TypeAlias = _typing.Literal["max_output_tokens"]  # noqa: Y015
+    _WhichOneofArgType__max_output_tokens: _TypeAlias = _typing.Literal["_max_output_tokens", b"_max_output_tokens"]  # noqa: Y015
+    _WhichOneofReturnType__system_reserve: _TypeAlias = _typing.Literal["system_reserve"]  # noqa: Y015
+    _WhichOneofArgType__system_reserve: _TypeAlias = _typing.Literal["_system_reserve", b"_system_reserve"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__context_size) -> _WhichOneofReturnType__context_size | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_output_tokens) -> _WhichOneofReturnType__max_output_tokens | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__system_reserve) -> _WhichOneofReturnType__system_reserve | None: ...
+
+Global___ModelConfig: _TypeAlias = ModelConfig  # noqa: Y015
+
+@_typing.final
+class SetModelConfigRequest(_message.Message):
+    """Input of SetModelConfig."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___ModelConfig:
+        """The configuration; replaces any stored one for the same model."""
+
+    def __init__(
+        self,
+        *,
+        config: Global___ModelConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetModelConfigRequest: _TypeAlias = SetModelConfigRequest  # noqa: Y015
+
+@_typing.final
+class SetModelConfigResponse(_message.Message):
+    """Result of SetModelConfig."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___ModelConfig:
+        """The configuration as stored."""
+
+    def __init__(
+        self,
+        *,
+        config: Global___ModelConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetModelConfigResponse: _TypeAlias = SetModelConfigResponse  # noqa: Y015
+
+@_typing.final
+class GetModelConfigRequest(_message.Message):
+    """Input of GetModelConfig: set `model` or `role`."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model whose configuration to return."""
+    role: Global___ModelRole.ValueType
+    """Or the role whose model's configuration to return."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        role: Global___ModelRole.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "role", b"role"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelConfigRequest: _TypeAlias = GetModelConfigRequest  # noqa: Y015
+
+@_typing.final
+class GetModelConfigResponse(_message.Message):
+    """Result of GetModelConfig."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIG_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def config(self) -> Global___ModelConfig:
+        """The stored configuration."""
+
+    def __init__(
+        self,
+        *,
+        config: Global___ModelConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetModelConfigResponse: _TypeAlias = GetModelConfigResponse  # noqa: Y015
+
+@_typing.final
+class ListModelConfigsRequest(_message.Message):
+    """Input of ListModelConfigs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModelConfigsRequest: _TypeAlias = ListModelConfigsRequest  # noqa: Y015
+
+@_typing.final
+class ListModelConfigsResponse(_message.Message):
+    """Result of ListModelConfigs."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONFIGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___ModelConfig]:
+        """Every stored configuration of the tenant, by model name."""
+
+    def __init__(
+        self,
+        *,
+        configs: _abc.Iterable[Global___ModelConfig] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["configs", b"configs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListModelConfigsResponse: _TypeAlias = ListModelConfigsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteModelConfigRequest(_message.Message):
+    """Input of DeleteModelConfig."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The model whose configuration to delete. Required."""
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteModelConfigRequest: _TypeAlias = DeleteModelConfigRequest  # noqa: Y015
+
+@_typing.final
+class DeleteModelConfigResponse(_message.Message):
+    """Result of DeleteModelConfig."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DELETED_FIELD_NUMBER: _builtins.int
+    deleted: _builtins.bool
+    """True when a configuration was deleted."""
+    def __init__(
+        self,
+        *,
+        deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted", b"deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteModelConfigResponse: _TypeAlias = DeleteModelConfigResponse  # noqa: Y015
 
 @_typing.final
 class ListStrategiesRequest(_message.Message):

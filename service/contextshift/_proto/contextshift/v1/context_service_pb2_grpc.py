@@ -75,6 +75,31 @@ class ContextShiftServiceStub:
                 request_serializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.SerializeToString,
                 response_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.FromString,
                 _registered_method=True)
+        self.AppendBlocks = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/AppendBlocks',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.AppendBlocksRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.AppendBlocksResponse.FromString,
+                _registered_method=True)
+        self.SetModelConfig = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/SetModelConfig',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.SetModelConfigRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.SetModelConfigResponse.FromString,
+                _registered_method=True)
+        self.GetModelConfig = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/GetModelConfig',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.GetModelConfigRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.GetModelConfigResponse.FromString,
+                _registered_method=True)
+        self.ListModelConfigs = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/ListModelConfigs',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsResponse.FromString,
+                _registered_method=True)
+        self.DeleteModelConfig = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/DeleteModelConfig',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.FromString,
+                _registered_method=True)
 
 
 class ContextShiftServiceServicer:
@@ -82,8 +107,9 @@ class ContextShiftServiceServicer:
     """
 
     def ShiftContext(self, request, context):
-        """Fits the blocks into the budget and returns the plan and the final provider messages.
-        Later: also records the audit of the generation (GetContextAudit).
+        """Fits the blocks into the budget and returns the plan and the final provider messages. With a
+        `chat_id`, the chat's audit (GetContextAudit) is replaced by this generation's, status
+        PENDING, before the reply is sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -111,23 +137,23 @@ class ContextShiftServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetContextAudit(self, request, context):
-        """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists.
+        """The last audit of a chat; NOT_FOUND when the chat has none.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def FinishGeneration(self, request, context):
-        """Reports how a generation ended, and the provider's prompt token count, which calibrates the
-        model's approximate counts. Only the calibration takes effect for now: the terminal status is
-        validated but not stored until the audit store exists.
+        """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
+        CANCELLED, with a normalized provider error code), and the provider's prompt token count,
+        which calibrates the model's approximate counts.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteChat(self, request, context):
-        """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists.
+        """Deletes a chat's audit, its generations, its stored history and the history's stored counts.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -136,6 +162,41 @@ class ContextShiftServiceServicer:
     def ListStrategies(self, request, context):
         """Lists the strategies a shift may use, with their options, so a caller in any language can
         discover them (plugin strategies installed on the server included).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendBlocks(self, request, context):
+        """Stores blocks at the end of a chat's history (see ShiftContextRequest.use_stored_history).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetModelConfig(self, request, context):
+        """Creates or replaces the stored configuration of a model (budget figures, profile, role).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetModelConfig(self, request, context):
+        """The stored configuration of a model, or of the model holding a role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListModelConfigs(self, request, context):
+        """Every stored model configuration of the tenant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteModelConfig(self, request, context):
+        """Deletes the stored configuration of a model.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -183,6 +244,31 @@ def add_ContextShiftServiceServicer_to_server(servicer, server):
                     servicer.ListStrategies,
                     request_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.FromString,
                     response_serializer=contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.SerializeToString,
+            ),
+            'AppendBlocks': grpc.unary_unary_rpc_method_handler(
+                    servicer.AppendBlocks,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.AppendBlocksRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.AppendBlocksResponse.SerializeToString,
+            ),
+            'SetModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetModelConfig,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.SetModelConfigRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.SetModelConfigResponse.SerializeToString,
+            ),
+            'GetModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetModelConfig,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.GetModelConfigRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.GetModelConfigResponse.SerializeToString,
+            ),
+            'ListModelConfigs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModelConfigs,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsResponse.SerializeToString,
+            ),
+            'DeleteModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteModelConfig,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -402,6 +488,141 @@ class ContextShiftService:
             '/contextshift.v1.ContextShiftService/ListStrategies',
             contextshift_dot_v1_dot_context__service__pb2.ListStrategiesRequest.SerializeToString,
             contextshift_dot_v1_dot_context__service__pb2.ListStrategiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendBlocks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/AppendBlocks',
+            contextshift_dot_v1_dot_context__service__pb2.AppendBlocksRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.AppendBlocksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/SetModelConfig',
+            contextshift_dot_v1_dot_context__service__pb2.SetModelConfigRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.SetModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/GetModelConfig',
+            contextshift_dot_v1_dot_context__service__pb2.GetModelConfigRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.GetModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModelConfigs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/ListModelConfigs',
+            contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.ListModelConfigsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/DeleteModelConfig',
+            contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,9 +11,24 @@ Errors are google.rpc.Status with details:
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
   concurrency limit (retry with backoff).
-- NOT_FOUND: FinishGeneration for a generation this server process does not remember.
-- UNIMPLEMENTED: the RPC needs a part not built yet (the audit store).
+- FAILED_PRECONDITION + google.rpc.ErrorInfo(domain "contextshift.v1") for a request that is
+  fine but does not fit the stored state: reason "STALE_GENERATION" (FinishGeneration of a
+  generation a newer ShiftContext of its chat replaced), "GENERATION_ALREADY_FINISHED" (finished
+  before with another status), "MODEL_ROLE_NOT_CONFIGURED" (`model_role` names a role no model
+  configuration has).
+- ALREADY_EXISTS + google.rpc.ErrorInfo(reason "GENERATION_ID_IN_USE"): ShiftContext with a
+  `generation_id` that another chat of the tenant already uses.
+- NOT_FOUND: no audit for the chat (GetContextAudit), no stored generation (FinishGeneration), no
+  model configuration (GetModelConfig).
+- UNAVAILABLE: the store cannot be reached or stayed locked past its timeout; nothing was
+  written (retry with backoff).
 - INTERNAL: a bug in contextshift; the server logs it.
+
+State (audits, generations, calibrations, stored chat history, model configurations) lives in
+the server's store (SQLite by default, PostgreSQL for several replicas), so any worker process or
+replica over the same store answers for any chat. Every row belongs to a tenant: the caller's
+tenant once API keys exist, the default tenant "" until then; one tenant never sees another's
+chats, generations, calibrations or configurations, even under the same ids.
 """
 
 from collections import abc as _abc
@@ -47,8 +62,9 @@ class ContextShiftServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ContextShiftServiceAsyncStub: ...
     ShiftContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ShiftContextRequest, _context_service_pb2.ShiftContextResponse]
-    """Fits the blocks into the budget and returns the plan and the final provider messages.
-    Later: also records the audit of the generation (GetContextAudit).
+    """Fits the blocks into the budget and returns the plan and the final provider messages. With a
+    `chat_id`, the chat's audit (GetContextAudit) is replaced by this generation's, status
+    PENDING, before the reply is sent.
     """
     PreviewContext: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.PreviewContextRequest, _context_service_pb2.PreviewContextResponse]
     """Runs every stage of ShiftContext and writes nothing."""
@@ -57,18 +73,28 @@ class ContextShiftServiceStub:
     ListTokenizerProfiles: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListTokenizerProfilesRequest, _context_service_pb2.ListTokenizerProfilesResponse]
     """Lists the tokenizer profiles this server counts with."""
     GetContextAudit: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]
-    """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists."""
+    """The last audit of a chat; NOT_FOUND when the chat has none."""
     FinishGeneration: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]
-    """Reports how a generation ended, and the provider's prompt token count, which calibrates the
-    model's approximate counts. Only the calibration takes effect for now: the terminal status is
-    validated but not stored until the audit store exists.
+    """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
+    CANCELLED, with a normalized provider error code), and the provider's prompt token count,
+    which calibrates the model's approximate counts.
     """
     DeleteChat: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]
-    """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    """Deletes a chat's audit, its generations, its stored history and the history's stored counts."""
     ListStrategies: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListStrategiesRequest, _context_service_pb2.ListStrategiesResponse]
     """Lists the strategies a shift may use, with their options, so a caller in any language can
     discover them (plugin strategies installed on the server included).
     """
+    AppendBlocks: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.AppendBlocksRequest, _context_service_pb2.AppendBlocksResponse]
+    """Stores blocks at the end of a chat's history (see ShiftContextRequest.use_stored_history)."""
+    SetModelConfig: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.SetModelConfigRequest, _context_service_pb2.SetModelConfigResponse]
+    """Creates or replaces the stored configuration of a model (budget figures, profile, role)."""
+    GetModelConfig: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetModelConfigRequest, _context_service_pb2.GetModelConfigResponse]
+    """The stored configuration of a model, or of the model holding a role."""
+    ListModelConfigs: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListModelConfigsRequest, _context_service_pb2.ListModelConfigsResponse]
+    """Every stored model configuration of the tenant."""
+    DeleteModelConfig: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteModelConfigRequest, _context_service_pb2.DeleteModelConfigResponse]
+    """Deletes the stored configuration of a model."""
 
 @_typing.type_check_only
 class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
@@ -76,8 +102,9 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     ShiftContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ShiftContextRequest, _context_service_pb2.ShiftContextResponse]  # type: ignore[assignment]
-    """Fits the blocks into the budget and returns the plan and the final provider messages.
-    Later: also records the audit of the generation (GetContextAudit).
+    """Fits the blocks into the budget and returns the plan and the final provider messages. With a
+    `chat_id`, the chat's audit (GetContextAudit) is replaced by this generation's, status
+    PENDING, before the reply is sent.
     """
     PreviewContext: _aio.UnaryUnaryMultiCallable[_context_service_pb2.PreviewContextRequest, _context_service_pb2.PreviewContextResponse]  # type: ignore[assignment]
     """Runs every stage of ShiftContext and writes nothing."""
@@ -86,18 +113,28 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     ListTokenizerProfiles: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListTokenizerProfilesRequest, _context_service_pb2.ListTokenizerProfilesResponse]  # type: ignore[assignment]
     """Lists the tokenizer profiles this server counts with."""
     GetContextAudit: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]  # type: ignore[assignment]
-    """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists."""
+    """The last audit of a chat; NOT_FOUND when the chat has none."""
     FinishGeneration: _aio.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]  # type: ignore[assignment]
-    """Reports how a generation ended, and the provider's prompt token count, which calibrates the
-    model's approximate counts. Only the calibration takes effect for now: the terminal status is
-    validated but not stored until the audit store exists.
+    """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
+    CANCELLED, with a normalized provider error code), and the provider's prompt token count,
+    which calibrates the model's approximate counts.
     """
     DeleteChat: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]  # type: ignore[assignment]
-    """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    """Deletes a chat's audit, its generations, its stored history and the history's stored counts."""
     ListStrategies: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListStrategiesRequest, _context_service_pb2.ListStrategiesResponse]  # type: ignore[assignment]
     """Lists the strategies a shift may use, with their options, so a caller in any language can
     discover them (plugin strategies installed on the server included).
     """
+    AppendBlocks: _aio.UnaryUnaryMultiCallable[_context_service_pb2.AppendBlocksRequest, _context_service_pb2.AppendBlocksResponse]  # type: ignore[assignment]
+    """Stores blocks at the end of a chat's history (see ShiftContextRequest.use_stored_history)."""
+    SetModelConfig: _aio.UnaryUnaryMultiCallable[_context_service_pb2.SetModelConfigRequest, _context_service_pb2.SetModelConfigResponse]  # type: ignore[assignment]
+    """Creates or replaces the stored configuration of a model (budget figures, profile, role)."""
+    GetModelConfig: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetModelConfigRequest, _context_service_pb2.GetModelConfigResponse]  # type: ignore[assignment]
+    """The stored configuration of a model, or of the model holding a role."""
+    ListModelConfigs: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListModelConfigsRequest, _context_service_pb2.ListModelConfigsResponse]  # type: ignore[assignment]
+    """Every stored model configuration of the tenant."""
+    DeleteModelConfig: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteModelConfigRequest, _context_service_pb2.DeleteModelConfigResponse]  # type: ignore[assignment]
+    """Deletes the stored configuration of a model."""
 
 class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
     """Decides what of a conversation fits a model's context window."""
@@ -108,8 +145,9 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.ShiftContextRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.ShiftContextResponse, _abc.Awaitable[_context_service_pb2.ShiftContextResponse]]:
-        """Fits the blocks into the budget and returns the plan and the final provider messages.
-        Later: also records the audit of the generation (GetContextAudit).
+        """Fits the blocks into the budget and returns the plan and the final provider messages. With a
+        `chat_id`, the chat's audit (GetContextAudit) is replaced by this generation's, status
+        PENDING, before the reply is sent.
         """
 
     @_abc_1.abstractmethod
@@ -142,7 +180,7 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.GetContextAuditRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.GetContextAuditResponse, _abc.Awaitable[_context_service_pb2.GetContextAuditResponse]]:
-        """The last audit of a chat. Needs the audit store: UNIMPLEMENTED until it exists."""
+        """The last audit of a chat; NOT_FOUND when the chat has none."""
 
     @_abc_1.abstractmethod
     def FinishGeneration(
@@ -150,9 +188,9 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.FinishGenerationRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.FinishGenerationResponse, _abc.Awaitable[_context_service_pb2.FinishGenerationResponse]]:
-        """Reports how a generation ended, and the provider's prompt token count, which calibrates the
-        model's approximate counts. Only the calibration takes effect for now: the terminal status is
-        validated but not stored until the audit store exists.
+        """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
+        CANCELLED, with a normalized provider error code), and the provider's prompt token count,
+        which calibrates the model's approximate counts.
         """
 
     @_abc_1.abstractmethod
@@ -161,7 +199,7 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _context_service_pb2.DeleteChatRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.DeleteChatResponse, _abc.Awaitable[_context_service_pb2.DeleteChatResponse]]:
-        """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+        """Deletes a chat's audit, its generations, its stored history and the history's stored counts."""
 
     @_abc_1.abstractmethod
     def ListStrategies(
@@ -172,5 +210,45 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         """Lists the strategies a shift may use, with their options, so a caller in any language can
         discover them (plugin strategies installed on the server included).
         """
+
+    @_abc_1.abstractmethod
+    def AppendBlocks(
+        self,
+        request: _context_service_pb2.AppendBlocksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.AppendBlocksResponse, _abc.Awaitable[_context_service_pb2.AppendBlocksResponse]]:
+        """Stores blocks at the end of a chat's history (see ShiftContextRequest.use_stored_history)."""
+
+    @_abc_1.abstractmethod
+    def SetModelConfig(
+        self,
+        request: _context_service_pb2.SetModelConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.SetModelConfigResponse, _abc.Awaitable[_context_service_pb2.SetModelConfigResponse]]:
+        """Creates or replaces the stored configuration of a model (budget figures, profile, role)."""
+
+    @_abc_1.abstractmethod
+    def GetModelConfig(
+        self,
+        request: _context_service_pb2.GetModelConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.GetModelConfigResponse, _abc.Awaitable[_context_service_pb2.GetModelConfigResponse]]:
+        """The stored configuration of a model, or of the model holding a role."""
+
+    @_abc_1.abstractmethod
+    def ListModelConfigs(
+        self,
+        request: _context_service_pb2.ListModelConfigsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.ListModelConfigsResponse, _abc.Awaitable[_context_service_pb2.ListModelConfigsResponse]]:
+        """Every stored model configuration of the tenant."""
+
+    @_abc_1.abstractmethod
+    def DeleteModelConfig(
+        self,
+        request: _context_service_pb2.DeleteModelConfigRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.DeleteModelConfigResponse, _abc.Awaitable[_context_service_pb2.DeleteModelConfigResponse]]:
+        """Deletes the stored configuration of a model."""
 
 def add_ContextShiftServiceServicer_to_server(servicer: ContextShiftServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

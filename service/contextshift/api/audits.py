@@ -1,0 +1,149 @@
+"""The audit of a ShiftContext: encoded once from the reply's own pieces, compressed, stored, and
+read back for GetContextAudit; and the guard that keeps a cancelled call from leaving half of one.
+
+The stored payload is the encoded ContextAudit minus what FinishGeneration changes (status, error,
+reported tokens, finish time: the generation's columns), compressed as an LZ4 frame: 49 KB of chat
+JSON in about 0.06 ms, to a third of its size, where zstd's fastest level takes twice to three
+times as long (to a fifth) on the path every audited shift waits for. Its plan is the reply's plan
+without the kept and excluded lists (`blocks` has every decision in order), and without the
+messages when the server runs with `audit_messages = false`.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import Enum
+
+import lz4.frame
+
+from contextshift import engine
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api.convert import Shifted, timestamp
+from contextshift.audit.provider_errors import ErrorCode
+from contextshift.audit.store import Generation, Status, StoredAudit
+from contextshift.shift import ShiftResult
+
+STATUSES = {
+    Status.PENDING: pb.GENERATION_STATUS_PENDING,
+    Status.COMPLETED: pb.GENERATION_STATUS_COMPLETED,
+    Status.FAILED: pb.GENERATION_STATUS_FAILED,
+    Status.CANCELLED: pb.GENERATION_STATUS_CANCELLED,
+}
+ERROR_CODES = {code: pb.ProviderErrorCode.Value(f"PROVIDER_ERROR_CODE_{code.value}") for code in ErrorCode}
+
+
+def generation(shifted: Shifted[pb.ShiftContextRequest], generation_id: str, created_ms: int) -> Generation:
+    """The generation a ShiftContext stores: what FinishGeneration needs to calibrate with."""
+    result = shifted.result
+    return Generation(
+        generation_id=generation_id,
+        chat_id=shifted.request.chat_id,
+        model=result.model or "",
+        prompt_tokens=result.prompt_tokens,
+        approximate=result.approximate,
+        created_ms=created_ms,
+    )
+
+
+def encode(
+    shifted: Shifted[pb.ShiftContextRequest],
+    generation_id: str,
+    created_ms: int,
+    timings: pb.AuditTimings,
+    *,
+    messages: bool,
+) -> bytes:
+    """The stored payload of a shift's audit."""
+    request, plan = shifted.request, shifted.plan
+    head = pb.ContextAudit(
+        generation_id=generation_id,
+        chat_id=request.chat_id,
+        provider=request.provider,
+        model=shifted.result.model or "",
+        timings=timings,
+        create_time=timestamp(created_ms),
+        messages_omitted=not messages,
+    )
+    plan_pieces: list[engine.Piece] = [plan.fields, plan.messages] if messages else [plan.fields]
+    encoded = engine.encode_pieces(
+        [
+            head.SerializeToString(),
+            (pb.ContextAudit.PLAN_FIELD_NUMBER, plan_pieces),
+            _ordered_blocks(shifted.result),
+        ]
+    )
+    compressed: bytes = lz4.frame.compress(encoded)
+    return compressed
+
+
+def _ordered_blocks(result: ShiftResult) -> bytes:
+    """Every block's decision in the prompt's order, as ContextAudit.blocks: by the core straight
+    from the engine's plan, or from the decisions a strategy adjusted (a summary, relabels)."""
+    if isinstance(result.decisions, engine.Plan):
+        return result.decisions.encode_ordered_decisions(pb.ContextAudit.BLOCKS_FIELD_NUMBER)
+    blocks = [
+        pb.AuditBlock(id=d.id, tokens=d.tokens, reason=d.reason, kept=kept)
+        for d, kept in result.ordered_decisions()
+    ]
+    return pb.ContextAudit(blocks=blocks).SerializeToString()
+
+
+def decode(stored: StoredAudit) -> pb.ContextAudit:
+    """A stored audit as GetContextAudit returns it, with its generation's current status."""
+    encoded: bytes = lz4.frame.decompress(stored.payload)
+    audit = pb.ContextAudit.FromString(encoded)
+    g = stored.generation
+    audit.status = STATUSES[g.status]
+    if g.error_code:
+        audit.provider_error_code = ERROR_CODES[ErrorCode(g.error_code)]
+    if g.reported_prompt_tokens is not None:
+        audit.reported_prompt_tokens = g.reported_prompt_tokens
+    if g.finished_ms is not None:
+        audit.finish_time.CopyFrom(timestamp(g.finished_ms))
+    return audit
+
+
+class _Stage(Enum):
+    WAITING = 1
+    WRITING = 2
+    WRITTEN = 3
+
+
+class AuditWrite:
+    """Whether a ShiftContext's audit may still be written, decided between the call (on the event
+    loop) and its engine thread, so that a call cancelled by its client or its deadline leaves the
+    chat's previous audit intact, or its own marked CANCELLED, never one its caller did not get:
+
+    - cancelled before the thread `begin`s the write: nothing is written;
+    - cancelled while it writes: the thread marks the generation CANCELLED after the commit (`end`
+      says so);
+    - cancelled after the write (the reply not sent yet): the call marks it (`cancel` says so).
+    A transaction commits whole or not at all, so no reader ever sees half of one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stage = _Stage.WAITING
+        self._cancelled = False
+
+    def begin(self) -> bool:
+        """On the thread, before writing: False when the call was cancelled (write nothing)."""
+        with self._lock:
+            if self._cancelled:
+                return False
+            self._stage = _Stage.WRITING
+            return True
+
+    def end(self) -> bool:
+        """On the thread, after the write committed: True when the call was cancelled meanwhile,
+        so the thread must mark the generation CANCELLED."""
+        with self._lock:
+            self._stage = _Stage.WRITTEN
+            return self._cancelled
+
+    def cancel(self) -> bool:
+        """On the event loop, when the call is cancelled: True when the audit was already written,
+        so the call must mark the generation CANCELLED (while writing, the thread does)."""
+        with self._lock:
+            self._cancelled = True
+            return self._stage is _Stage.WRITTEN

@@ -1,0 +1,58 @@
+"""The audit store: generations and their audits, calibrations, stored chat history, model
+configurations. One URL picks the backend:
+
+- `sqlite:///<path>` (`sqlite:///./contextshift.db` is the default; `sqlite:////abs/path.db` for an
+  absolute path), with optional `?synchronous=normal|full&busy_timeout_ms=5000`: embedded, created
+  on first use, shared by the worker processes of one machine (see `sqlite.py`);
+- `postgresql://user:password@host:port/database` (also `postgres://`, and any libpq parameters):
+  shared by any number of replicas (see `postgres.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import parse_qsl
+
+from contextshift.audit.store import Store, StoreConfigError
+
+DEFAULT_URL = "sqlite:///./contextshift.db"
+SQLITE_PREFIX = "sqlite:///"
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def redacted(url: str) -> str:
+    """The URL with its password, if any, masked (for logs and errors)."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+def open_store(url: str, *, pool_size: int = 4) -> Store:
+    """The store `url` names, not connected yet (each process connects on first use). Raises
+    StoreConfigError for an unknown scheme or a malformed URL."""
+    if url.startswith(POSTGRES_PREFIXES):
+        from contextshift.audit.postgres import PostgresStore  # psycopg loads only for PostgreSQL
+
+        return PostgresStore(url, pool_size=pool_size)
+    if url.startswith(SQLITE_PREFIX):
+        from contextshift.audit.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
+
+        path, _, query = url.removeprefix(SQLITE_PREFIX).partition("?")
+        if not path or path == ":memory:":
+            raise StoreConfigError(f"store URL {url!r}: name a database file, e.g. {DEFAULT_URL}")
+        options = dict(parse_qsl(query, keep_blank_values=True))
+        unknown = sorted(set(options) - {"synchronous", "busy_timeout_ms"})
+        if unknown:
+            raise StoreConfigError(
+                f"store URL {url!r}: unknown options {', '.join(unknown)} (known: synchronous, busy_timeout_ms)"
+            )
+        timeout = options.get("busy_timeout_ms", str(DEFAULT_BUSY_TIMEOUT_MS))
+        if not timeout.isdigit():
+            raise StoreConfigError(f"store URL {url!r}: busy_timeout_ms must be a number of milliseconds")
+        return SqliteStore(
+            Path(path), synchronous=options.get("synchronous", "normal").lower(), busy_timeout_ms=int(timeout)
+        )
+    scheme = url.partition(":")[0] if ":" in url else url
+    raise StoreConfigError(
+        f"store URL {redacted(url)!r}: unknown scheme {scheme!r}; use sqlite:///<path> or "
+        "postgresql://<host>/<database>"
+    )

@@ -1,0 +1,107 @@
+"""The store's schema, as numbered migrations shared by SQLite and PostgreSQL.
+
+Each migration is a list of statements in the SQL both databases speak; `{blob}` stands for the
+binary type (BLOB, BYTEA). A store applies the migrations it has not applied yet, in order, in one
+transaction that also records them in `contextshift_schema` (DDL is transactional in both), under
+a lock (SQLite's write lock, a PostgreSQL advisory lock), so processes starting together apply each
+migration once. Never edit an applied migration: add the next one.
+
+Times are Unix milliseconds; every key starts with the tenant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS contextshift_schema (
+    version INTEGER PRIMARY KEY,
+    description TEXT NOT NULL,
+    applied_ms BIGINT NOT NULL
+)"""
+
+MIGRATIONS = (
+    Migration(
+        1,
+        "generations, audits, calibrations, chat history and its counts, model configurations",
+        (
+            # One row per ShiftContext that can be finished: with a chat, or calibrated.
+            """CREATE TABLE generations (
+                tenant TEXT NOT NULL,
+                generation_id TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                model TEXT NOT NULL,
+                prompt_tokens BIGINT NOT NULL,
+                approximate BOOLEAN NOT NULL,
+                status TEXT NOT NULL,
+                error_code TEXT,
+                reported_prompt_tokens BIGINT,
+                created_ms BIGINT NOT NULL,
+                finished_ms BIGINT,
+                PRIMARY KEY (tenant, generation_id)
+            )""",
+            "CREATE INDEX generations_by_chat ON generations (tenant, chat_id)",
+            "CREATE INDEX generations_by_age ON generations (created_ms)",
+            # The last audit of each chat; its status is its generation's.
+            """CREATE TABLE audits (
+                tenant TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                generation_id TEXT NOT NULL,
+                payload {blob} NOT NULL,
+                PRIMARY KEY (tenant, chat_id),
+                FOREIGN KEY (tenant, generation_id) REFERENCES generations (tenant, generation_id)
+                    ON DELETE CASCADE
+            )""",
+            "CREATE INDEX audits_by_generation ON audits (tenant, generation_id)",
+            """CREATE TABLE calibrations (
+                tenant TEXT NOT NULL,
+                model TEXT NOT NULL,
+                factor DOUBLE PRECISION NOT NULL,
+                samples BIGINT NOT NULL,
+                updated_ms BIGINT NOT NULL,
+                PRIMARY KEY (tenant, model)
+            )""",
+            # A chat's stored history (AppendBlocks): each block's own JSON text, at 0..n-1.
+            """CREATE TABLE chat_blocks (
+                tenant TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                position BIGINT NOT NULL,
+                block_json TEXT NOT NULL,
+                PRIMARY KEY (tenant, chat_id, position)
+            )""",
+            # Their tokens per profile.
+            """CREATE TABLE chat_block_counts (
+                tenant TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                position BIGINT NOT NULL,
+                profile TEXT NOT NULL,
+                tokens BIGINT NOT NULL,
+                PRIMARY KEY (tenant, chat_id, position, profile),
+                FOREIGN KEY (tenant, chat_id, position) REFERENCES chat_blocks (tenant, chat_id, position)
+                    ON DELETE CASCADE
+            )""",
+            # Role '' is none; at most one configuration of a tenant holds each role.
+            """CREATE TABLE model_configs (
+                tenant TEXT NOT NULL,
+                model TEXT NOT NULL,
+                role TEXT NOT NULL,
+                context_size BIGINT,
+                max_output_tokens BIGINT,
+                system_reserve BIGINT,
+                profile TEXT NOT NULL,
+                updated_ms BIGINT NOT NULL,
+                PRIMARY KEY (tenant, model)
+            )""",
+            "CREATE UNIQUE INDEX model_configs_by_role ON model_configs (tenant, role) WHERE role <> ''",
+        ),
+    ),
+)
+
+LATEST = MIGRATIONS[-1].version

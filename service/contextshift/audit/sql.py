@@ -1,0 +1,413 @@
+"""The store's logic in SQL both backends speak, over a transaction each backend provides.
+
+A backend gives `_run(work, write)`: it runs `work(tx)` in one transaction (a write transaction
+holds the write lock from its first statement: SQLite `BEGIN IMMEDIATE`; PostgreSQL locks the rows
+`tx.locked` reads) and commits, or rolls back when `work` raises. Statements use `?` placeholders.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Protocol, TypeVar
+
+from contextshift import calibration
+from contextshift.audit.migrations import LATEST, MIGRATIONS, SCHEMA_TABLE
+from contextshift.audit.store import (
+    AlreadyFinished,
+    Finished,
+    Generation,
+    GenerationIdInUse,
+    ModelConfig,
+    NotFound,
+    PrepareBlocks,
+    Report,
+    Role,
+    StaleGeneration,
+    Status,
+    StoreConfigError,
+    StoredAudit,
+    StoredBlock,
+    now_ms,
+)
+from contextshift.calibration import Calibration
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+
+_GENERATION_FIELDS = (
+    "generation_id",
+    "chat_id",
+    "model",
+    "prompt_tokens",
+    "approximate",
+    "created_ms",
+    "status",
+    "error_code",
+    "reported_prompt_tokens",
+    "finished_ms",
+)
+_GENERATION_COLUMNS = ", ".join(_GENERATION_FIELDS)
+_HISTORY = (
+    "SELECT b.block_json, c.tokens FROM chat_blocks b LEFT JOIN chat_block_counts c "
+    "ON c.tenant = b.tenant AND c.chat_id = b.chat_id AND c.position = b.position AND c.profile = ? "
+    "WHERE b.tenant = ? AND b.chat_id = ? ORDER BY b.position"
+)
+_CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
+
+
+class Tx(Protocol):
+    """One open transaction."""
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    def locked(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """`rows` of a SELECT, locking them until the transaction ends (PostgreSQL `FOR UPDATE`;
+        a SQLite write transaction holds the whole database already)."""
+        ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Executes a statement; the rows it changed."""
+        ...
+
+    def run_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None: ...
+
+    def lock(self, key: str) -> None:
+        """Holds a lock on `key` until the transaction ends, so transactions about the same thing
+        (a chat with no rows yet, the schema) queue (PostgreSQL advisory locks; a SQLite write
+        transaction holds the whole database already)."""
+        ...
+
+
+def _generation(row: Row) -> Generation:
+    return Generation(
+        generation_id=row[0],
+        chat_id=row[1],
+        model=row[2],
+        prompt_tokens=row[3],
+        approximate=bool(row[4]),
+        created_ms=row[5],
+        status=Status(row[6]),
+        error_code=row[7],
+        reported_prompt_tokens=row[8],
+        finished_ms=row[9],
+    )
+
+
+def _config(row: Row) -> ModelConfig:
+    return ModelConfig(row[0], Role(row[1]), row[2], row[3], row[4], row[5], row[6])
+
+
+class SqlStore(ABC):
+    """Everything but connections and transactions; see `contextshift.audit.store.Store`."""
+
+    # The binary column type of this database, for the migrations' `{blob}`.
+    blob_type: str
+
+    @abstractmethod
+    def _run(self, work: Callable[[Tx], T], *, write: bool) -> T: ...
+
+    # --- schema -----------------------------------------------------------------------------
+
+    def migrate(self) -> int:
+        def work(tx: Tx) -> int:
+            tx.lock("contextshift schema")
+            tx.run(SCHEMA_TABLE)
+            ((current,),) = tx.rows("SELECT COALESCE(MAX(version), 0) FROM contextshift_schema")
+            if current > LATEST:
+                raise StoreConfigError(
+                    f"the store's schema is at version {current}, newer than this contextshift "
+                    f"knows (up to {LATEST}): upgrade contextshift"
+                )
+            for migration in MIGRATIONS[current:]:
+                for statement in migration.statements:
+                    tx.run(statement.format(blob=self.blob_type))
+                tx.run(
+                    "INSERT INTO contextshift_schema (version, description, applied_ms) VALUES (?, ?, ?)",
+                    (migration.version, migration.description, now_ms()),
+                )
+            return LATEST
+
+        return self._run(work, write=True)
+
+    def problems(self) -> list[str]:
+        def work(tx: Tx) -> list[str]:
+            found: list[str] = []
+            for tenant, chat_id in tx.rows(
+                "SELECT a.tenant, a.chat_id FROM audits a LEFT JOIN generations g "
+                "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
+                "WHERE g.generation_id IS NULL OR g.chat_id <> a.chat_id"
+            ):
+                found.append(f"audit of chat {chat_id!r} (tenant {tenant!r}) has no generation of its chat")
+            for tenant, chat_id, count, top in tx.rows(
+                "SELECT tenant, chat_id, COUNT(*), MAX(position) FROM chat_blocks GROUP BY tenant, chat_id"
+            ):
+                if top != count - 1:
+                    found.append(f"history of chat {chat_id!r} (tenant {tenant!r}) has gaps")
+            ((orphans,),) = tx.rows(
+                "SELECT COUNT(*) FROM chat_block_counts c LEFT JOIN chat_blocks b ON b.tenant = c.tenant "
+                "AND b.chat_id = c.chat_id AND b.position = c.position WHERE b.position IS NULL"
+            )
+            if orphans:
+                found.append(f"{orphans} stored counts of no stored block")
+            return found
+
+        return self._run(work, write=False)
+
+    # --- shifts -----------------------------------------------------------------------------
+
+    def calibration(self, tenant: str, model: str) -> Calibration | None:
+        rows = self._run(
+            lambda tx: tx.rows(
+                "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, model)
+            ),
+            write=False,
+        )
+        return Calibration(model, rows[0][0], rows[0][1]) if rows else None
+
+    def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
+        rows = self._run(lambda tx: tx.rows(_HISTORY, (profile, tenant, chat_id)), write=False)
+        return [StoredBlock(text, tokens) for text, tokens in rows]
+
+    def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
+        g = generation
+
+        def work(tx: Tx) -> None:
+            # An id the chat used before (a retried call) starts over; another chat's is refused.
+            stored = tx.run(
+                f"INSERT INTO generations (tenant, {_GENERATION_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL) "
+                "ON CONFLICT (tenant, generation_id) DO UPDATE SET model = excluded.model, "
+                "prompt_tokens = excluded.prompt_tokens, approximate = excluded.approximate, "
+                "created_ms = excluded.created_ms, status = excluded.status, error_code = NULL, "
+                "reported_prompt_tokens = NULL, finished_ms = NULL "
+                "WHERE generations.chat_id = excluded.chat_id",
+                (
+                    tenant,
+                    g.generation_id,
+                    g.chat_id,
+                    g.model,
+                    g.prompt_tokens,
+                    g.approximate,
+                    g.created_ms,
+                    Status.PENDING.value,
+                ),
+            )
+            if not stored:
+                raise GenerationIdInUse(g.generation_id)
+            if audit is not None:
+                tx.run(
+                    "INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
+                    "payload = excluded.payload",
+                    (tenant, g.chat_id, g.generation_id, audit),
+                )
+
+        self._run(work, write=True)
+
+    def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
+        def work(tx: Tx) -> Finished:
+            rows = tx.locked(
+                f"SELECT {_GENERATION_COLUMNS} FROM generations WHERE tenant = ? AND generation_id = ?",
+                (tenant, report.generation_id),
+            )
+            if not rows or (report.chat_id and rows[0][1] != report.chat_id):
+                raise NotFound(report.generation_id)
+            g = after = _generation(rows[0])
+            if g.chat_id:
+                current = tx.rows(
+                    "SELECT generation_id FROM audits WHERE tenant = ? AND chat_id = ?", (tenant, g.chat_id)
+                )
+                if not current or current[0][0] != g.generation_id:
+                    raise StaleGeneration(g.generation_id, g.chat_id, current[0][0] if current else None)
+            if g.status is Status.PENDING:
+                after = replace(
+                    after, status=report.status, error_code=report.error_code, finished_ms=now_ms()
+                )
+                tx.run(
+                    "UPDATE generations SET status = ?, error_code = ?, finished_ms = ? "
+                    "WHERE tenant = ? AND generation_id = ?",
+                    (after.status.value, after.error_code, after.finished_ms, tenant, g.generation_id),
+                )
+            elif g.status is not report.status:
+                raise AlreadyFinished(g.generation_id, g.status)
+            recorded = None
+            if report.reported_prompt_tokens is not None and g.reported_prompt_tokens is None:
+                after = replace(after, reported_prompt_tokens=report.reported_prompt_tokens)
+                tx.run(
+                    "UPDATE generations SET reported_prompt_tokens = ? WHERE tenant = ? AND generation_id = ?",
+                    (report.reported_prompt_tokens, tenant, g.generation_id),
+                )
+                if g.approximate:
+                    recorded = self._calibrate(tx, tenant, g, report.reported_prompt_tokens, alpha)
+            current_calibration = recorded
+            if current_calibration is None and g.model:
+                found = tx.rows(
+                    "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?",
+                    (tenant, g.model),
+                )
+                current_calibration = Calibration(g.model, found[0][0], found[0][1]) if found else None
+            return Finished(after, recorded is not None, current_calibration)
+
+        return self._run(work, write=True)
+
+    def _calibrate(
+        self, tx: Tx, tenant: str, g: Generation, reported: int, alpha: float
+    ) -> Calibration | None:
+        if calibration.update(None, g.model, g.prompt_tokens, reported, alpha) is None:
+            return None  # no information in the report
+        # Create the row first, so concurrent reports for the model lock the same row.
+        tx.run(
+            "INSERT INTO calibrations (tenant, model, factor, samples, updated_ms) VALUES (?, ?, 1.0, 0, ?) "
+            "ON CONFLICT (tenant, model) DO NOTHING",
+            (tenant, g.model, now_ms()),
+        )
+        ((factor, samples),) = tx.locked(
+            "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, g.model)
+        )
+        previous = Calibration(g.model, factor, samples) if samples else None
+        updated = calibration.update(previous, g.model, g.prompt_tokens, reported, alpha)
+        assert updated is not None  # the report carried information (checked above)
+        tx.run(
+            "UPDATE calibrations SET factor = ?, samples = ?, updated_ms = ? WHERE tenant = ? AND model = ?",
+            (updated.factor, updated.samples, now_ms(), tenant, g.model),
+        )
+        return updated
+
+    # --- audits and chats -------------------------------------------------------------------
+
+    def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
+        columns = ", ".join(f"g.{c}" for c in _GENERATION_FIELDS)
+        rows = self._run(
+            lambda tx: tx.rows(
+                f"SELECT a.payload, {columns} FROM audits a JOIN generations g "
+                "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
+                "WHERE a.tenant = ? AND a.chat_id = ?",
+                (tenant, chat_id),
+            ),
+            write=False,
+        )
+        return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
+
+    def delete_chat(self, tenant: str, chat_id: str) -> bool:
+        def work(tx: Tx) -> bool:
+            key = (tenant, chat_id)
+            deleted = tx.run("DELETE FROM audits WHERE tenant = ? AND chat_id = ?", key)
+            deleted += tx.run("DELETE FROM generations WHERE tenant = ? AND chat_id = ?", key)
+            deleted += tx.run("DELETE FROM chat_block_counts WHERE tenant = ? AND chat_id = ?", key)
+            deleted += tx.run("DELETE FROM chat_blocks WHERE tenant = ? AND chat_id = ?", key)
+            return deleted > 0
+
+        return self._run(work, write=True)
+
+    def append_blocks(self, tenant: str, chat_id: str, profile: str, prepare: PrepareBlocks) -> int:
+        def work(tx: Tx) -> int:
+            # Ids hold no control characters: the separator keeps (tenant, chat) pairs apart.
+            tx.lock(f"chat\x1f{tenant}\x1f{chat_id}")
+            stored = [
+                StoredBlock(text, tokens) for text, tokens in tx.rows(_HISTORY, (profile, tenant, chat_id))
+            ]
+            new = prepare(stored)
+            start = len(stored)
+            tx.run_many(
+                "INSERT INTO chat_blocks (tenant, chat_id, position, block_json) VALUES (?, ?, ?, ?)",
+                [(tenant, chat_id, start + i, block.json) for i, block in enumerate(new)],
+            )
+            tx.run_many(
+                "INSERT INTO chat_block_counts (tenant, chat_id, position, profile, tokens) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [
+                    (tenant, chat_id, start + i, profile, block.tokens)
+                    for i, block in enumerate(new)
+                    if block.tokens is not None
+                ],
+            )
+            return start + len(new)
+
+        return self._run(work, write=True)
+
+    # --- model configurations ---------------------------------------------------------------
+
+    def set_model_config(self, tenant: str, config: ModelConfig) -> ModelConfig:
+        stored = ModelConfig(
+            config.model,
+            config.role,
+            config.context_size,
+            config.max_output_tokens,
+            config.system_reserve,
+            config.profile,
+            now_ms(),
+        )
+
+        def work(tx: Tx) -> ModelConfig:
+            if stored.role is not Role.NONE:
+                tx.run(
+                    "UPDATE model_configs SET role = '' WHERE tenant = ? AND role = ? AND model <> ?",
+                    (tenant, stored.role.value, stored.model),
+                )
+            tx.run(
+                f"INSERT INTO model_configs (tenant, {_CONFIG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (tenant, model) DO UPDATE SET role = excluded.role, "
+                "context_size = excluded.context_size, max_output_tokens = excluded.max_output_tokens, "
+                "system_reserve = excluded.system_reserve, profile = excluded.profile, "
+                "updated_ms = excluded.updated_ms",
+                (
+                    tenant,
+                    stored.model,
+                    stored.role.value,
+                    stored.context_size,
+                    stored.max_output_tokens,
+                    stored.system_reserve,
+                    stored.profile,
+                    stored.updated_ms,
+                ),
+            )
+            return stored
+
+        return self._run(work, write=True)
+
+    def get_model_config(self, tenant: str, model: str = "", role: Role = Role.NONE) -> ModelConfig | None:
+        if role is not Role.NONE:
+            where, key = "role = ?", role.value
+        else:
+            where, key = "model = ?", model
+        rows = self._run(
+            lambda tx: tx.rows(
+                f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? AND {where}", (tenant, key)
+            ),
+            write=False,
+        )
+        return _config(rows[0]) if rows else None
+
+    def model_configs(self, tenant: str) -> list[ModelConfig]:
+        rows = self._run(
+            lambda tx: tx.rows(
+                f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? ORDER BY model", (tenant,)
+            ),
+            write=False,
+        )
+        return [_config(row) for row in rows]
+
+    def delete_model_config(self, tenant: str, model: str) -> bool:
+        return (
+            self._run(
+                lambda tx: tx.run(
+                    "DELETE FROM model_configs WHERE tenant = ? AND model = ?", (tenant, model)
+                ),
+                write=True,
+            )
+            > 0
+        )
+
+    # --- housekeeping -----------------------------------------------------------------------
+
+    def prune_generations(self, older_than_ms: int) -> int:
+        return self._run(
+            lambda tx: tx.run(
+                "DELETE FROM generations WHERE created_ms < ? AND NOT EXISTS (SELECT 1 FROM audits a "
+                "WHERE a.tenant = generations.tenant AND a.generation_id = generations.generation_id)",
+                (older_than_ms,),
+            ),
+            write=True,
+        )

@@ -1,0 +1,240 @@
+"""What the store keeps and the one protocol both backends implement (SQLite, PostgreSQL).
+
+Every call names its tenant, and every row belongs to one: a tenant reads and writes only its own
+rows, whatever ids another tenant uses.
+
+Calls block (sqlite3 and psycopg are synchronous): callers run them on a thread, never on an event
+loop. Each call is one transaction; a read-modify-write holds the write lock (SQLite `BEGIN
+IMMEDIATE`, PostgreSQL row locks) from its read to its commit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from contextshift.calibration import Calibration
+
+
+class Status(StrEnum):
+    """A generation's status (GenerationStatus in the .proto)."""
+
+    PENDING = "PENDING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class Role(StrEnum):
+    """A model configuration's role (ModelRole in the .proto)."""
+
+    NONE = ""
+    MAIN = "main"
+    FAST = "fast"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One ShiftContext, as FinishGeneration needs it."""
+
+    generation_id: str
+    chat_id: str  # "" when the shift named no chat
+    model: str  # "" when it named no model: the calibration key
+    prompt_tokens: int  # the raw estimate, before calibration
+    approximate: bool
+    created_ms: int
+    status: Status = Status.PENDING
+    error_code: str | None = None  # normalized (provider_errors.ErrorCode), with FAILED
+    reported_prompt_tokens: int | None = None  # taken once, by the first report that has it
+    finished_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class StoredAudit:
+    """A chat's last audit: the shift's record (opaque bytes, compressed by the caller) and the
+    generation it belongs to, with its current status."""
+
+    payload: bytes
+    generation: Generation
+
+
+@dataclass(frozen=True)
+class Report:
+    """What FinishGeneration reports."""
+
+    generation_id: str
+    status: Status
+    chat_id: str = ""  # when set, the generation must belong to this chat
+    error_code: str | None = None
+    reported_prompt_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The outcome of a report: the generation after it, and the model's calibration."""
+
+    generation: Generation
+    calibration_recorded: bool
+    calibration: Calibration | None
+
+
+@dataclass(frozen=True)
+class StoredBlock:
+    """One block of a chat's stored history: its own JSON text, and its tokens under the profile
+    asked for when known."""
+
+    json: str
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A model's stored configuration (ModelConfig in the .proto); None: not configured."""
+
+    model: str
+    role: Role = Role.NONE
+    context_size: int | None = None
+    max_output_tokens: int | None = None
+    system_reserve: int | None = None
+    profile: str = ""
+    updated_ms: int = 0
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """Base of the store's errors."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached, or stayed locked past its timeout: nothing was written."""
+
+
+class StoreConfigError(StoreError):
+    """The store URL is malformed or names an unknown scheme, or the schema is newer than this
+    contextshift."""
+
+
+class NotFound(StoreError):
+    pass
+
+
+class StaleGeneration(StoreError):
+    """The generation's chat has had a newer ShiftContext since."""
+
+    def __init__(self, generation_id: str, chat_id: str, current: str | None) -> None:
+        super().__init__(
+            f"generation {generation_id!r} of chat {chat_id!r} was replaced by a newer generation"
+            + (f" ({current!r})" if current else "")
+            + "; nothing changed"
+        )
+        self.generation_id = generation_id
+        self.current = current
+
+
+class AlreadyFinished(StoreError):
+    """The generation was reported with another status before."""
+
+    def __init__(self, generation_id: str, status: Status) -> None:
+        super().__init__(f"generation {generation_id!r} already finished as {status.value}; nothing changed")
+        self.generation_id = generation_id
+        self.status = status
+
+
+class GenerationIdInUse(StoreError):
+    """A generation id another chat of the tenant uses."""
+
+    def __init__(self, generation_id: str) -> None:
+        super().__init__(
+            f"generation_id {generation_id!r} is already used by another chat; nothing was stored"
+        )
+        self.generation_id = generation_id
+
+
+# --- the protocol -------------------------------------------------------------------------------
+
+# AppendBlocks' check and conversion of new blocks, run inside the append's transaction with the
+# chat's stored history: it returns each new block's JSON text and tokens, or raises.
+PrepareBlocks = Callable[[Sequence[StoredBlock]], Sequence[StoredBlock]]
+
+
+class Store(Protocol):
+    """The audit store. See the module docstring for tenants, threads and transactions."""
+
+    @property
+    def description(self) -> str:
+        """The store's kind and location for logs (no password)."""
+        ...
+
+    def migrate(self) -> int:
+        """Brings the schema to the latest version (safe to run from several processes at once);
+        returns it. StoreConfigError when the schema is newer than this contextshift."""
+        ...
+
+    def close(self) -> None: ...
+
+    def problems(self) -> list[str]:
+        """Integrity problems found (empty when none): the database's own check where it has one,
+        and the store's invariants (every audit's generation exists and is of its chat, history
+        positions run 0..n-1, counts belong to stored blocks)."""
+        ...
+
+    # Shifts.
+    def calibration(self, tenant: str, model: str) -> Calibration | None: ...
+
+    def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
+        """The chat's stored blocks in order, with their tokens under `profile` where stored."""
+        ...
+
+    def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
+        """Stores a generation (PENDING) and, with `audit`, makes it its chat's audit, replacing the
+        last one, in one transaction. A generation id the chat used before starts over;
+        GenerationIdInUse when another chat (or no chat) of the tenant uses it."""
+        ...
+
+    def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
+        """Moves a generation to a terminal status and feeds its report into the model's
+        calibration (exponential moving average with weight `alpha`), in one transaction. Raises
+        NotFound, StaleGeneration or AlreadyFinished, and then changes nothing."""
+        ...
+
+    # Audits and chats.
+    def audit(self, tenant: str, chat_id: str) -> StoredAudit | None: ...
+
+    def delete_chat(self, tenant: str, chat_id: str) -> bool:
+        """Deletes the chat's audit, generations, stored history and stored counts; False when
+        there was nothing."""
+        ...
+
+    def append_blocks(self, tenant: str, chat_id: str, profile: str, prepare: PrepareBlocks) -> int:
+        """Appends the blocks `prepare` returns (given the stored history) with their tokens under
+        `profile`, in one transaction; returns the chat's block count after."""
+        ...
+
+    # Model configurations.
+    def set_model_config(self, tenant: str, config: ModelConfig) -> ModelConfig:
+        """Creates or replaces the configuration; a role it takes is taken from the configuration
+        that held it. Returns it as stored."""
+        ...
+
+    def get_model_config(self, tenant: str, model: str = "", role: Role = Role.NONE) -> ModelConfig | None:
+        """The configuration of `model`, or of the model holding `role`."""
+        ...
+
+    def model_configs(self, tenant: str) -> list[ModelConfig]: ...
+
+    def delete_model_config(self, tenant: str, model: str) -> bool: ...
+
+    # Housekeeping.
+    def prune_generations(self, older_than_ms: int) -> int:
+        """Deletes generations created before `older_than_ms` that are no chat's current audit;
+        returns how many."""
+        ...

@@ -1,0 +1,262 @@
+"""Several server processes over one store (one SQLite file, one PostgreSQL database): a shift
+served by one is audited, finished, configured and deleted through the other; many clients mixing
+shifts, reports, reads and deletes leave every chat with one well-formed audit or none; and a
+server killed with SIGKILL in the middle of writes, again and again, leaves a store that opens,
+passes its integrity check and holds, for every chat, a complete old or new audit."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from test_store import BACKENDS, store_url, threads
+
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api import audits
+from contextshift.audit import open_store
+
+from .conftest import ServerProcess, serving, start_server
+from .test_grpc_service import stub
+
+BLOCKS = 24  # per shift: a system prompt, then turns; the budget keeps about half
+
+
+def conversation(tag: str) -> str:
+    """A chat whose every block says which shift sent it: ids `<tag>-<i>`."""
+    blocks = [{"id": f"{tag}-0", "role": "system", "content": f"System prompt of {tag}."}]
+    for i in range(1, BLOCKS):
+        role = "user" if i % 2 else "assistant"
+        blocks.append({"id": f"{tag}-{i}", "role": role, "content": f"Turn {i} of {tag}. " + "words " * 300})
+    return json.dumps(blocks)
+
+
+def shift_request(chat_id: str, tag: str) -> pb.ShiftContextRequest:
+    # The tag is the generation id, so an audit says which shift it is.
+    return pb.ShiftContextRequest(
+        blocks_json=conversation(tag),
+        chat_id=chat_id,
+        generation_id=tag,
+        context_limit=4000,
+        response_reserve=0,
+    )
+
+
+def check_audit(audit: pb.ContextAudit, chat_id: str, sent: set[str]) -> None:
+    """One shift's audit, whole: every block of that shift in order, kept ones in the messages."""
+    tag = audit.generation_id
+    assert tag in sent and audit.chat_id == chat_id, (chat_id, tag)
+    assert [b.id for b in audit.blocks] == [f"{tag}-{i}" for i in range(BLOCKS)], (chat_id, tag)
+    kept = [b for b in audit.blocks if b.kept]
+    assert kept and len(kept) < BLOCKS
+    assert audit.plan.prompt_tokens == sum(b.tokens for b in kept)
+    assert [m["id"] for m in json.loads(audit.plan.messages.messages_json)] == [b.id for b in kept]
+
+
+@contextmanager
+def servers(tmp_path: Path, url: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """Two server processes over one store."""
+    with serving(tmp_path, store=url) as first, serving(tmp_path, store=url) as second:
+        yield first, second
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return store_url(request.param, tmp_path, request)
+
+
+def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
+    with (
+        servers(tmp_path, url) as (a, b),
+        grpc.insecure_channel(a.address) as to_a,
+        grpc.insecure_channel(b.address) as to_b,
+    ):
+        chat_id, model = "replicated", "claude-sonnet-4-5-replicas"
+        shifted = stub(to_a).ShiftContext(
+            pb.ShiftContextRequest(blocks_json=conversation("r1"), chat_id=chat_id, model=model), timeout=10
+        )
+        audit = stub(to_b).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10).audit
+        assert audit.generation_id == shifted.generation_id and audit.status == pb.GENERATION_STATUS_PENDING
+        # Reported through the other replica: the audit moves, and the calibration reaches both.
+        finished = stub(to_b).FinishGeneration(
+            pb.FinishGenerationRequest(
+                chat_id=chat_id,
+                generation_id=shifted.generation_id,
+                status=pb.GENERATION_STATUS_COMPLETED,
+                reported_prompt_tokens=2 * shifted.plan.prompt_tokens,
+            ),
+            timeout=10,
+        )
+        assert finished.calibration_recorded and finished.calibration.factor == pytest.approx(1.2)
+        again = stub(to_a).PreviewContext(
+            pb.PreviewContextRequest(blocks_json=conversation("r2"), model=model), timeout=10
+        )
+        assert again.plan.calibration_factor == pytest.approx(1.2)
+        assert stub(to_a).GetContextAudit(
+            pb.GetContextAuditRequest(chat_id=chat_id), timeout=10
+        ).audit.status == (pb.GENERATION_STATUS_COMPLETED)
+        # A configuration set on one replica applies on the other.
+        stub(to_b).SetModelConfig(
+            pb.SetModelConfigRequest(config=pb.ModelConfig(model=model, context_size=9000)), timeout=10
+        )
+        assert (
+            stub(to_a)
+            .PreviewContext(pb.PreviewContextRequest(blocks_json="[]", model=model), timeout=10)
+            .plan.context_limit
+            == 9000
+        )
+        # History appended on one replica is shifted on the other; deleted there, gone here.
+        stub(to_a).AppendBlocks(
+            pb.AppendBlocksRequest(chat_id=chat_id, blocks_json=conversation("h")), timeout=10
+        )
+        with_history = stub(to_b).ShiftContext(
+            pb.ShiftContextRequest(chat_id=chat_id, use_stored_history=True, blocks_json="[]"), timeout=10
+        )
+        assert with_history.plan.compaction.original_count == BLOCKS
+        assert stub(to_b).DeleteChat(pb.DeleteChatRequest(chat_id=chat_id), timeout=10).deleted
+        with pytest.raises(grpc.RpcError) as caught:
+            stub(to_a).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
+    tmp_path: Path, url: str
+) -> None:
+    chats = [f"chat-{i}" for i in range(5)]
+    sent: dict[str, set[str]] = {c: set() for c in chats}
+    lock = threading.Lock()
+    with servers(tmp_path, url) as running:
+        channels = [grpc.insecure_channel(s.address) for s in running]
+        try:
+
+            def client(n: int) -> None:
+                rng = random.Random(n)
+                for op in range(25):
+                    channel = rng.choice(channels)
+                    chat_id = rng.choice(chats)
+                    kind = rng.random()
+                    try:
+                        if kind < 0.55:
+                            tag = f"g{n}-{op}"
+                            with lock:
+                                sent[chat_id].add(tag)
+                            stub(channel).ShiftContext(shift_request(chat_id, tag), timeout=30)
+                        elif kind < 0.75:
+                            with lock:
+                                tags = sorted(sent[chat_id])
+                            if tags:
+                                status = rng.choice(
+                                    [pb.GENERATION_STATUS_COMPLETED, pb.GENERATION_STATUS_FAILED]
+                                )
+                                stub(channel).FinishGeneration(
+                                    pb.FinishGenerationRequest(generation_id=rng.choice(tags), status=status),
+                                    timeout=30,
+                                )
+                        elif kind < 0.92:
+                            audit = (
+                                stub(channel)
+                                .GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=30)
+                                .audit
+                            )
+                            with lock:
+                                known = set(sent[chat_id])
+                            check_audit(audit, chat_id, known)
+                        else:
+                            stub(channel).DeleteChat(pb.DeleteChatRequest(chat_id=chat_id), timeout=30)
+                    except grpc.RpcError as e:
+                        # What the races may answer: the chat's audit is gone or newer, or the
+                        # generation was finished another way. Never anything else.
+                        expected = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION}
+                        assert e.code() in expected, (e.code(), e.details())
+
+            threads(8, client)
+            audited = 0
+            for chat_id in chats:
+                answers = []
+                for channel in channels:
+                    try:
+                        answers.append(
+                            stub(channel)
+                            .GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10)
+                            .audit
+                        )
+                    except grpc.RpcError as e:
+                        assert e.code() == grpc.StatusCode.NOT_FOUND
+                        answers.append(None)
+                assert answers[0] == answers[1]  # both processes see the same store
+                if answers[0] is not None:
+                    check_audit(answers[0], chat_id, sent[chat_id])
+                    audited += 1
+            assert audited, "no chat kept an audit: the mix exercised nothing"
+        finally:
+            for channel in channels:
+                channel.close()
+    store = open_store(url)
+    try:
+        assert store.problems() == []
+    finally:
+        store.close()
+
+
+KILL_ROUNDS = 6
+
+
+def shift_until_stopped(
+    address: str, chat_id: str, prefix: str, sent: set[str], written: list[int], stop: threading.Event
+) -> None:
+    """Shifts `chat_id` again and again until `stop`, or until the server is gone."""
+    with grpc.insecure_channel(address) as channel:
+        op = 0
+        while not stop.is_set():
+            tag = f"{prefix}-{op}"
+            sent.add(tag)
+            try:
+                stub(channel).ShiftContext(shift_request(chat_id, tag), timeout=10)
+            except grpc.RpcError:
+                return
+            written.append(1)
+            op += 1
+
+
+def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str) -> None:
+    chats = [f"chat-{i}" for i in range(4)]
+    sent: dict[str, set[str]] = {c: set() for c in chats}
+    rng = random.Random(7)
+    for round_ in range(KILL_ROUNDS):
+        server = start_server(tmp_path, store=url)  # opens (and migrates) the store left by the kill
+        stop = threading.Event()
+        written: list[int] = []
+        clients = [
+            threading.Thread(
+                target=shift_until_stopped, args=(server.address, c, f"r{round_}-{c}", sent[c], written, stop)
+            )
+            for c in chats
+        ]
+        for c in clients:
+            c.start()
+        deadline = time.monotonic() + 10
+        while len(written) < 8 and time.monotonic() < deadline:  # writes under way
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.3))
+        server.proc.kill()
+        server.proc.wait(30)
+        stop.set()
+        for c in clients:
+            c.join(30)
+        assert len(written) >= 8, f"round {round_}: the server wrote too little before the kill"
+
+        store = open_store(url)
+        try:
+            assert store.problems() == [], f"round {round_}"
+            for chat_id in chats:
+                stored = store.audit("", chat_id)
+                assert stored is not None, f"round {round_}: {chat_id} lost its audit"
+                check_audit(audits.decode(stored), chat_id, sent[chat_id])
+        finally:
+            store.close()

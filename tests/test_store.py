@@ -1,0 +1,462 @@
+"""The store protocol, the same suite against both backends: SQLite (a file in a temporary folder)
+and PostgreSQL (a database of its own in the session's throwaway cluster, see postgres_cluster.py).
+Audit lifecycle and status transitions, calibration, tenants, chat history and counts, model
+configurations, migrations from several processes, concurrency, and the errors that say the store
+cannot serve."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from postgres_cluster import Cluster
+
+from contextshift.audit import open_store
+from contextshift.audit.migrations import LATEST
+from contextshift.audit.sqlite import SqliteStore
+from contextshift.audit.store import (
+    AlreadyFinished,
+    Generation,
+    GenerationIdInUse,
+    ModelConfig,
+    NotFound,
+    Report,
+    Role,
+    StaleGeneration,
+    Status,
+    Store,
+    StoreConfigError,
+    StoredBlock,
+    StoreUnavailable,
+    now_ms,
+)
+from contextshift.calibration import ALPHA, Calibration
+
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/store.db"
+    cluster: Cluster = request.getfixturevalue("postgres")
+    return cluster.new_database()
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    return store_url(request.param, tmp_path, request)
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[Store]:
+    opened = open_store(url)
+    opened.migrate()
+    yield opened
+    assert opened.problems() == []
+    opened.close()
+
+
+def generation(
+    generation_id: str, chat_id: str = "c1", model: str = "m", approximate: bool = True
+) -> Generation:
+    return Generation(generation_id, chat_id, model, 100, approximate, now_ms())
+
+
+def finish(store: Store, generation_id: str, status: Status = Status.COMPLETED, **fields: Any) -> Any:
+    return store.finish("", Report(generation_id, status, **fields), ALPHA)
+
+
+def threads(n: int, target: Callable[[int], None]) -> None:
+    """Runs `target(0..n-1)` on n threads at once; re-raises the first failure."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            target(i)
+        except BaseException as e:
+            errors.append(e)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    if errors:
+        raise errors[0]
+
+
+# --- the audit lifecycle ------------------------------------------------------------------------
+
+
+def test_audit_lifecycle_and_status_transitions(store: Store) -> None:
+    assert store.audit("", "c1") is None
+    store.record_shift("", generation("g1"), b"audit-1")
+    stored = store.audit("", "c1")
+    assert stored is not None and stored.payload == b"audit-1"
+    assert (stored.generation.generation_id, stored.generation.status) == ("g1", Status.PENDING)
+
+    done = finish(store, "g1", Status.FAILED, error_code="RATE_LIMITED")
+    assert (done.generation.status, done.generation.error_code) == (Status.FAILED, "RATE_LIMITED")
+    assert done.generation.finished_ms is not None
+    # The same status again: accepted, nothing changes (the first error code stays).
+    again = finish(store, "g1", Status.FAILED, error_code="TIMEOUT")
+    assert again.generation == done.generation
+    # Another status: refused, nothing changes.
+    with pytest.raises(AlreadyFinished) as caught:
+        finish(store, "g1", Status.COMPLETED)
+    assert caught.value.status is Status.FAILED
+    stored = store.audit("", "c1")
+    assert stored is not None and stored.generation == done.generation
+
+
+def test_a_newer_shift_replaces_the_audit_and_the_old_generation_is_stale(store: Store) -> None:
+    store.record_shift("", generation("g1"), b"audit-1")
+    store.record_shift("", generation("g2"), b"audit-2")
+    stored = store.audit("", "c1")
+    assert stored is not None and (stored.payload, stored.generation.generation_id) == (b"audit-2", "g2")
+    with pytest.raises(StaleGeneration) as caught:
+        finish(store, "g1", reported_prompt_tokens=150)
+    assert caught.value.current == "g2"
+    assert store.calibration("", "m") is None  # a stale report changes nothing at all
+    assert finish(store, "g2").generation.status is Status.COMPLETED
+
+
+def test_generation_ids_restart_in_their_chat_and_are_refused_in_another(store: Store) -> None:
+    store.record_shift("", generation("g1"), b"audit-1")
+    finish(store, "g1", reported_prompt_tokens=120)
+    store.record_shift("", generation("g1"), b"audit-1b")  # a retried call starts over
+    stored = store.audit("", "c1")
+    assert stored is not None and stored.payload == b"audit-1b"
+    assert (stored.generation.status, stored.generation.reported_prompt_tokens) == (Status.PENDING, None)
+    with pytest.raises(GenerationIdInUse):
+        store.record_shift("", generation("g1", chat_id="c2"), b"other")
+    with pytest.raises(GenerationIdInUse):
+        store.record_shift("", generation("g1", chat_id=""), None)
+    assert store.audit("", "c2") is None
+
+
+def test_finish_checks_the_chat_and_knows_chatless_generations(store: Store) -> None:
+    store.record_shift("", generation("g1"), b"audit")
+    with pytest.raises(NotFound):
+        finish(store, "g1", chat_id="another-chat")
+    with pytest.raises(NotFound):
+        finish(store, "no-such-generation")
+    store.record_shift("", generation("solo", chat_id=""), None)  # calibration only, no audit
+    assert finish(store, "solo", reported_prompt_tokens=200).calibration_recorded
+
+
+def test_calibration_takes_each_report_once(store: Store) -> None:
+    store.record_shift("", generation("g1"), b"audit")
+    status_only = finish(store, "g1")
+    assert not status_only.calibration_recorded and status_only.calibration is None
+    first = finish(store, "g1", reported_prompt_tokens=150)  # the same status, now with a count
+    assert first.calibration_recorded and first.calibration == Calibration("m", pytest.approx(1.1), 1)
+    retried = finish(store, "g1", reported_prompt_tokens=150)
+    assert not retried.calibration_recorded and retried.calibration == first.calibration
+    store.record_shift("", generation("g2", chat_id="c2"), b"audit")
+    second = finish(store, "g2", reported_prompt_tokens=400)  # ratio 4.0, clamped to 2.0
+    assert second.calibration == Calibration("m", pytest.approx(1.1 + ALPHA * (2.0 - 1.1)), 2)
+    assert store.calibration("", "m") == second.calibration
+    # Exact counts are the model's own; no model, no key.
+    store.record_shift("", generation("exact", chat_id="c3", approximate=False), b"audit")
+    assert not finish(store, "exact", reported_prompt_tokens=500).calibration_recorded
+    store.record_shift("", generation("bare", chat_id="c4", model=""), b"audit")
+    bare = finish(store, "bare", reported_prompt_tokens=500)
+    assert not bare.calibration_recorded and bare.calibration is None
+
+
+def test_concurrent_reports_are_counted_once_per_generation_and_none_is_lost(store: Store) -> None:
+    for i in range(8):
+        store.record_shift("", generation(f"g{i}", chat_id=f"c{i}"), b"audit")
+    recorded: list[bool] = []
+    # Each generation reported twice at once: one report taken per generation, all of them kept.
+    threads(
+        16,
+        lambda i: recorded.append(
+            finish(store, f"g{i % 8}", reported_prompt_tokens=150).calibration_recorded
+        ),
+    )
+    assert sorted(recorded) == [False] * 8 + [True] * 8
+    calibration = store.calibration("", "m")
+    assert calibration is not None and calibration.samples == 8
+
+
+# --- tenants ------------------------------------------------------------------------------------
+
+
+def test_tenants_never_see_each_other(store: Store) -> None:
+    for tenant, payload in (("a", b"audit-a"), ("b", b"audit-b")):
+        store.record_shift(tenant, generation("g1"), payload)  # the same chat and generation ids
+        store.append_blocks(
+            tenant, "c1", "heuristic", lambda _, t=tenant: [StoredBlock(f'{{"id": "{t}"}}', 1)]
+        )
+        store.set_model_config(
+            tenant, ModelConfig("m", Role.MAIN, context_size=1000 if tenant == "a" else 2000)
+        )
+    assert store.audit("", "c1") is None and store.history("", "c1", "heuristic") == []
+    a, b = store.audit("a", "c1"), store.audit("b", "c1")
+    assert a is not None and b is not None and (a.payload, b.payload) == (b"audit-a", b"audit-b")
+
+    finish_a = store.finish("a", Report("g1", Status.FAILED, reported_prompt_tokens=150), ALPHA)
+    assert finish_a.calibration_recorded
+    b = store.audit("b", "c1")
+    assert b is not None and b.generation.status is Status.PENDING
+    assert store.calibration("b", "m") is None and store.calibration("a", "m") is not None
+    config_a, config_b = store.get_model_config("a", role=Role.MAIN), store.get_model_config("b", "m")
+    assert config_a is not None and config_b is not None
+    assert (config_a.context_size, config_b.context_size) == (1000, 2000)
+    assert store.model_configs("") == []
+
+    assert store.delete_chat("a", "c1")
+    assert store.audit("a", "c1") is None and store.history("a", "c1", "heuristic") == []
+    assert store.audit("b", "c1") is not None
+    assert store.history("b", "c1", "heuristic") == [StoredBlock('{"id": "b"}', 1)]
+    with pytest.raises(NotFound):
+        store.finish("a", Report("g1", Status.FAILED), ALPHA)
+    assert store.delete_model_config("a", "m") and store.get_model_config("b", "m") is not None
+
+
+# --- chats and their history --------------------------------------------------------------------
+
+
+def test_delete_chat_removes_audit_generations_history_and_counts(store: Store) -> None:
+    store.record_shift("", generation("g1"), b"audit-1")
+    store.record_shift("", generation("g2"), b"audit-2")
+    store.append_blocks("", "c1", "heuristic", lambda _: [StoredBlock("{}", 5), StoredBlock("[]", 6)])
+    store.record_shift("", generation("kept", chat_id="c2"), b"other chat")
+    assert store.delete_chat("", "c1")
+    assert store.audit("", "c1") is None and store.history("", "c1", "heuristic") == []
+    for generation_id in ("g1", "g2"):
+        with pytest.raises(NotFound):
+            finish(store, generation_id)
+    assert not store.delete_chat("", "c1")  # nothing left: not an error
+    assert store.audit("", "c2") is not None
+
+
+def test_history_keeps_order_and_counts_per_profile(store: Store) -> None:
+    seen: list[list[StoredBlock]] = []
+
+    def append(*blocks: StoredBlock) -> Callable[[Any], list[StoredBlock]]:
+        def prepare(stored: Any) -> list[StoredBlock]:
+            seen.append(list(stored))
+            return list(blocks)
+
+        return prepare
+
+    assert store.append_blocks("", "c1", "heuristic", append(StoredBlock('{"n": 0}', 10))) == 1
+    assert (
+        store.append_blocks(
+            "", "c1", "heuristic", append(StoredBlock('{"n": 1}', 11), StoredBlock('{"n": 2}'))
+        )
+        == 3
+    )
+    assert store.append_blocks("", "c1", "o200k_base", append(StoredBlock('{"n": 3}', 13))) == 4
+    assert seen[1] == [StoredBlock('{"n": 0}', 10)]  # the stored history, with counts for the profile
+    assert store.history("", "c1", "heuristic") == [
+        StoredBlock('{"n": 0}', 10),
+        StoredBlock('{"n": 1}', 11),
+        StoredBlock('{"n": 2}'),
+        StoredBlock('{"n": 3}'),
+    ]
+    assert [b.tokens for b in store.history("", "c1", "o200k_base")] == [None, None, None, 13]
+
+    def refuse(stored: Any) -> list[StoredBlock]:
+        raise ValueError("bad block")
+
+    with pytest.raises(ValueError, match="bad block"):
+        store.append_blocks("", "c1", "heuristic", refuse)
+    assert len(store.history("", "c1", "heuristic")) == 4  # nothing of a refused append
+
+
+def test_concurrent_appends_to_one_new_chat_queue(store: Store) -> None:
+    threads(
+        8,
+        lambda i: store.append_blocks("", "fresh", "heuristic", lambda _: [StoredBlock(f'{{"n": {i}}}', i)]),
+    )
+    blocks = store.history("", "fresh", "heuristic")
+    assert sorted(b.tokens or 0 for b in blocks) == list(range(8))
+
+
+# --- model configurations -----------------------------------------------------------------------
+
+
+def test_model_configs_and_their_roles(store: Store) -> None:
+    first = store.set_model_config("", ModelConfig("big", Role.MAIN, 200_000, 32_000, 4000, "o200k_base"))
+    assert first.updated_ms > 0 and store.get_model_config("", "big") == first
+    store.set_model_config("", ModelConfig("small", Role.FAST, 16_000))
+    # Taking a role takes it from the configuration that held it.
+    store.set_model_config("", ModelConfig("bigger", Role.MAIN, 1_000_000))
+    main = store.get_model_config("", role=Role.MAIN)
+    assert main is not None and main.model == "bigger"
+    assert [(c.model, c.role) for c in store.model_configs("")] == [
+        ("big", Role.NONE),
+        ("bigger", Role.MAIN),
+        ("small", Role.FAST),
+    ]
+    # Replacing a configuration replaces all of it.
+    store.set_model_config("", ModelConfig("small"))
+    assert store.get_model_config("", role=Role.FAST) is None
+    assert store.delete_model_config("", "small") and not store.delete_model_config("", "small")
+    assert store.get_model_config("", "small") is None
+
+
+def test_prune_keeps_every_chats_current_generation(store: Store) -> None:
+    store.record_shift("", generation("old"), b"audit-1")
+    store.record_shift("", generation("current"), b"audit-2")
+    store.record_shift("", generation("solo", chat_id=""), None)
+    assert store.prune_generations(now_ms() + 1) == 2
+    assert finish(store, "current").generation.status is Status.COMPLETED
+    with pytest.raises(NotFound):
+        finish(store, "old")
+
+
+# --- schema -------------------------------------------------------------------------------------
+
+
+def _migrate(url: str) -> int:
+    store = open_store(url)
+    try:
+        return store.migrate()
+    finally:
+        store.close()
+
+
+def test_migrations_run_once_from_processes_starting_together(url: str) -> None:
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        assert pool.map(_migrate, [url] * 4) == [LATEST] * 4
+    store = open_store(url)
+    try:
+        versions = store._run(lambda tx: tx.rows("SELECT version FROM contextshift_schema"), write=False)  # type: ignore[attr-defined]
+        assert [v for (v,) in versions] == list(range(1, LATEST + 1))
+        assert store.problems() == []
+    finally:
+        store.close()
+
+
+def test_a_schema_newer_than_this_code_is_refused(store: Store) -> None:
+    store._run(  # type: ignore[attr-defined]
+        lambda tx: tx.run("INSERT INTO contextshift_schema VALUES (?, 'from the future', 0)", (LATEST + 1,)),
+        write=True,
+    )
+    with pytest.raises(StoreConfigError, match="newer than this contextshift"):
+        store.migrate()
+
+
+# --- URLs and failures --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("mysql://localhost/db", "unknown scheme 'mysql'"),
+        ("contextshift.db", "unknown scheme"),
+        ("sqlite:///", "name a database file"),
+        ("sqlite:///:memory:", "name a database file"),
+        ("sqlite:///x.db?journal=off", "unknown options journal"),
+        ("sqlite:///x.db?synchronous=off", "synchronous must be one of normal, full"),
+        ("sqlite:///x.db?busy_timeout_ms=soon", "busy_timeout_ms must be a number"),
+    ],
+)
+def test_bad_store_urls(url: str, message: str) -> None:
+    with pytest.raises(StoreConfigError, match=message):
+        open_store(url)
+
+
+def test_unreachable_postgresql_is_unavailable_with_the_reason() -> None:
+    with socket_closed_port() as port:
+        store = open_store(f"postgresql://nobody:secret@127.0.0.1:{port}/db")
+        with pytest.raises(StoreUnavailable, match="cannot connect to PostgreSQL") as caught:
+            store.migrate()
+    assert "secret" not in str(caught.value) and "***" in str(caught.value)
+
+
+class socket_closed_port:
+    """A port nothing listens on, for as long as the block runs."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        return int(self._sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
+
+
+def test_sqlite_locked_past_its_busy_timeout_is_unavailable_and_writes_nothing(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db", busy_timeout_ms=100)
+    store.migrate()
+    holder = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreUnavailable, match="locked"):
+            store.record_shift("", generation("g1"), b"audit")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert store.audit("", "c1") is None
+    store.record_shift("", generation("g1"), b"audit")  # and works once the lock is gone
+    store.close()
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("normal", 1), ("full", 2)])
+def test_sqlite_connections_are_set_up_each_time(tmp_path: Path, synchronous: str, level: int) -> None:
+    store = open_store(f"sqlite:///{tmp_path}/store.db?synchronous={synchronous}&busy_timeout_ms=1234")
+    assert isinstance(store, SqliteStore)
+    store.migrate()
+    settings: list[tuple[Any, ...]] = []
+
+    def read(_: int) -> None:  # each thread opens its own connection
+        connection = store._connection()
+        settings.append(
+            tuple(
+                connection.execute(f"PRAGMA {name}").fetchone()[0]
+                for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")
+            )
+        )
+
+    threads(3, read)
+    assert settings == [("wal", level, 1, 1234)] * 3
+    store.close()
+
+
+def test_a_forked_process_never_uses_its_parents_sqlite_connection(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    store.migrate()
+    parent_connection = store._connection()
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+
+    def child() -> None:  # inherits the store, and its parent's thread-local connection, by fork
+        store.record_shift("", generation("from-child", chat_id="child"), b"child")
+        answers.put(
+            store._connection() is not parent_connection and store._local.connection[0] == os.getpid()
+        )
+
+    process = context.Process(target=child)
+    process.start()
+    assert answers.get(timeout=30) is True
+    process.join(30)
+    assert process.exitcode == 0
+    assert store.audit("", "child") is not None
+    assert store._connection() is parent_connection
+    store.close()
+
+
+def test_missing_postgresql_binaries_fail_with_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import postgres_cluster
+
+    monkeypatch.setattr(postgres_cluster, "INSTALLED", tmp_path)
+    with pytest.raises(pytest.fail.Exception, match="install the `postgresql` package"):
+        postgres_cluster._binaries()
