@@ -333,7 +333,8 @@ def _audit(args: argparse.Namespace) -> int:
     console.print(
         f"chat {audit.chat_id}, generation {audit.generation_id}: {kept} kept, {len(audit.blocks) - kept} "
         f"excluded; prompt {plan.prompt_tokens} of {plan.budget} tokens, profile {plan.profile}{approx}; "
-        f"{audit.provider} {audit.model}; status {pb.GenerationStatus.Name(audit.status)}"
+        f"{' '.join(filter(None, [audit.provider, audit.model])) or 'no provider'}; "
+        f"status {pb.GenerationStatus.Name(audit.status)}"
     )
     return 0
 

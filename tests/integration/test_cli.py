@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import contextshift
 from contextshift.api import config
 
 from .conftest import ServerProcess, start_server
@@ -182,14 +183,21 @@ def test_preview_on_a_server_shows_what_the_local_engine_shows(served: ServerPro
     assert exceeded.returncode == 3 and "TOKEN_BUDGET_EXCEEDED" in exceeded.stderr
 
 
-def test_audit_says_clearly_that_the_server_keeps_none_yet(served: ServerProcess) -> None:
-    proc = run("audit", "chat-1", "--server", served.address)
-    assert proc.returncode == 1
-    assert proc.stderr.startswith(
-        "error: the server cannot show audits yet: GetContextAudit needs the audit store"
-    )
-    assert proc.stdout == ""
-    assert run("audit", "chat-1").returncode == 2  # --server is required
+def test_audit_prints_a_chats_last_audit_as_the_same_table(served: ServerProcess) -> None:
+    missing = run("audit", "cli-chat", "--server", served.address)
+    assert missing.returncode == 1 and missing.stdout == ""
+    assert missing.stderr == "error: NOT_FOUND: chat 'cli-chat' has no audit\n"
+    assert run("audit", "cli-chat").returncode == 2  # --server is required
+    blocks = json.loads(EXAMPLE.read_text())
+    with contextshift.Client(served.address) as client:
+        shifted = client.shift_context(blocks, budget=300, chat_id="cli-chat", provider="openai")
+    proc = run("audit", "cli-chat", "--server", served.address)
+    assert proc.returncode == 0, proc.stderr
+    for decision in [*shifted.kept, *shifted.excluded]:
+        assert decision.id in proc.stdout and decision.reason in proc.stdout
+    footer = " ".join(proc.stdout.split())  # the console wraps long lines
+    assert f"generation {shifted.generation_id}" in footer
+    assert "openai; status GENERATION_STATUS_PENDING" in footer
 
 
 def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:
@@ -207,7 +215,7 @@ def test_api_key_from_the_flag_or_the_environment(tmp_path: Path) -> None:
         env = {"CONTEXTSHIFT_API_KEY": key}
         assert run("preview", str(EXAMPLE), "--server", running.address, env=env).returncode == 0
         audit = run("audit", "c", "--server", running.address, env=env)
-        assert "the server cannot show audits yet" in audit.stderr  # the key passed, the store is missing
+        assert "error: NOT_FOUND: chat 'c' has no audit" in audit.stderr  # the key passed
     finally:
         assert running.terminate() == 0
 

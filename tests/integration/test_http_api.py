@@ -25,6 +25,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.api.convert import BudgetDefaults
 from contextshift.api.http import OPERATIONS, HttpApi
 from contextshift.api.servicer import ContextShiftServicer
+from contextshift.audit import open_store
 
 from .conftest import Gate, ServerProcess, start_server
 from .test_grpc_service import AS_JSON, TYPED
@@ -94,7 +95,7 @@ def test_shift_then_finish_its_generation(http: httpx.Client) -> None:
     assert finished.status_code == 200, finished.text
     assert finished.json()["calibrationRecorded"] is True
     unknown = http.post("/api/v2/generations/nope/finish", json={"status": "GENERATION_STATUS_COMPLETED"})
-    assert "not known to this server process" in error_of(unknown, 404, "NOT_FOUND")["message"]
+    assert "is not stored" in error_of(unknown, 404, "NOT_FOUND")["message"]
 
 
 def test_count_tokens_and_profiles(http: httpx.Client) -> None:
@@ -137,20 +138,65 @@ def test_strategies_and_a_summarize_preview(http: httpx.Client) -> None:
     assert [d["reason"] for d in plan["kept"]][-2:] == ["SUMMARY", "PINNED"]
 
 
-@pytest.mark.parametrize(
-    ("method", "path", "rpc", "request_message"),
-    [
-        ("GET", "/api/v2/chats/c1/context-audit", "GetContextAudit", pb.GetContextAuditRequest(chat_id="c1")),
-        ("DELETE", "/api/v2/chats/c1", "DeleteChat", pb.DeleteChatRequest(chat_id="c1")),
-    ],
-)
-def test_audit_routes_answer_501_as_grpc_answers_unimplemented(
-    http: httpx.Client, channel: grpc.Channel, method: str, path: str, rpc: str, request_message: Any
-) -> None:
+def test_audit_routes_answer_what_grpc_answers(http: httpx.Client, channel: grpc.Channel) -> None:
+    stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    body = {"blocksJson": AS_JSON, "chatId": "http-chat", "contextLimit": 1200, "provider": "openai"}
+    generation = http.post("/api/v2/context-shift", json=body).json()["generationId"]
+    audit = http.get("/api/v2/chats/http-chat/context-audit").json()
+    assert audit == grpc_json(stub.GetContextAudit(pb.GetContextAuditRequest(chat_id="http-chat")))
+    assert audit["audit"]["generationId"] == generation
+    assert audit["audit"]["status"] == "GENERATION_STATUS_PENDING"
+    assert [b["id"] for b in audit["audit"]["blocks"]] == [b["id"] for b in AS_JSON]
+    failed = http.post(
+        f"/api/v2/generations/{generation}/finish",
+        json={
+            "chatId": "http-chat",
+            "status": "GENERATION_STATUS_FAILED",
+            "providerError": {"httpStatus": 429},
+        },
+    ).json()
+    assert failed["providerErrorCode"] == "PROVIDER_ERROR_CODE_RATE_LIMITED"
+    # Finishing it again with another status conflicts with the stored one.
+    again = http.post(
+        f"/api/v2/generations/{generation}/finish", json={"status": "GENERATION_STATUS_COMPLETED"}
+    )
+    assert error_of(again, 409, "FAILED_PRECONDITION")["reason"] == "GENERATION_ALREADY_FINISHED"
+    assert http.delete("/api/v2/chats/http-chat").json() == {"deleted": True}
+    gone = error_of(http.get("/api/v2/chats/http-chat/context-audit"), 404, "NOT_FOUND")
     with pytest.raises(grpc.RpcError) as caught:
-        getattr(context_service_pb2_grpc.ContextShiftServiceStub(channel), rpc)(request_message, timeout=10)
-    error = error_of(http.request(method, path), 501, "UNIMPLEMENTED")
-    assert error["message"] == caught.value.details()
+        stub.GetContextAudit(pb.GetContextAuditRequest(chat_id="http-chat"))
+    assert gone["message"] == caught.value.details()
+    assert http.delete("/api/v2/chats/http-chat").json() == {"deleted": False}
+
+
+def test_history_and_model_configurations_over_http(http: httpx.Client) -> None:
+    appended = http.post("/api/v2/chats/history-chat/blocks", json={"blocksJson": AS_JSON[:3]}).json()
+    assert appended["blockCount"] == "3" and appended["profile"] == "heuristic"  # int64: a string
+    rest = {
+        "blocksJson": AS_JSON[3:],
+        "chatId": "history-chat",
+        "useStoredHistory": True,
+        "contextLimit": 100_000,
+    }
+    whole = http.post("/api/v2/context-preview", json=rest).json()["plan"]
+    assert whole["compaction"]["originalCount"] == len(AS_JSON)
+    config = {
+        "config": {
+            "model": "http-model",
+            "contextSize": 9000,
+            "maxOutputTokens": 1000,
+            "role": "MODEL_ROLE_FAST",
+        }
+    }
+    assert http.put("/api/v2/model-configs", json=config).json()["config"]["contextSize"] == "9000"
+    assert http.get("/api/v2/model-configs/http-model").json()["config"]["role"] == "MODEL_ROLE_FAST"
+    assert "http-model" in {c["model"] for c in http.get("/api/v2/model-configs").json()["configs"]}
+    planned = http.post(
+        "/api/v2/context-preview", json={"blocksJson": AS_JSON, "modelRole": "MODEL_ROLE_FAST"}
+    )
+    assert planned.json()["plan"]["contextLimit"] == "9000"
+    assert http.delete("/api/v2/model-configs/http-model").json() == {"deleted": True}
+    error_of(http.get("/api/v2/model-configs/http-model"), 404, "NOT_FOUND")
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -273,12 +319,13 @@ def test_readyz_is_503_while_draining_and_healthz_stays_up(tmp_path: Path) -> No
         assert running.terminate() == 0
 
 
-def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client) -> None:
+def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp_path: Path) -> None:
     document = http.get("/openapi.json").json()
     validate(document)
     documented = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
     with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
-        servicer = ContextShiftServicer(executor, BudgetDefaults(None, None))
+        store = open_store(f"sqlite:///{tmp_path}/routes.db")
+        servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), store)
         app = HttpApi(servicer, keys=None, max_request_bytes=1024, max_concurrent_calls=1).app()
     routes = {
         (route.path, method)

@@ -71,7 +71,7 @@ def test_counts_after_known_traffic(fresh: ServerProcess) -> None:
             )
         too_small = {"blocksJson": TEXT, "contextLimit": 20, "responseReserve": 0}
         assert client.post("/api/v2/context-preview", json=too_small).status_code == 422
-        assert client.get("/api/v2/chats/chat-secret-id/context-audit").status_code == 501
+        assert client.get("/api/v2/chats/chat-secret-id/context-audit").status_code == 200
 
     samples = scrape(fresh)
     requests = "contextshift_requests_total"
@@ -90,7 +90,11 @@ def test_counts_after_known_traffic(fresh: ServerProcess) -> None:
     assert value(samples, requests, surface="http", method=PREVIEW_ROUTE, status="200") == 2
     assert value(samples, requests, surface="http", method=PREVIEW_ROUTE, status="422") == 1
     audit_route = "GET /api/v2/chats/{id}/context-audit"  # the route, never the chat id
-    assert value(samples, requests, surface="http", method=audit_route, status="501") == 1
+    assert value(samples, requests, surface="http", method=audit_route, status="200") == 1
+    # The store's operations, timed: the shift's audit written, then read back.
+    store_latency = "contextshift_store_operation_duration_seconds_count"
+    assert value(samples, store_latency, operation="record_shift") == 1
+    assert value(samples, store_latency, operation="audit") == 1
     latency = "contextshift_request_duration_seconds_count"
     assert value(samples, latency, surface="grpc", method=SERVICE + "PreviewContext") == 5
     assert value(samples, latency, surface="http", method=PREVIEW_ROUTE) == 3

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+import contextshift
+
 from .conftest import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,17 +125,45 @@ def test_a_pasted_anthropic_body_with_a_cut_block_and_an_exact_profile(page: Pag
     assert "Truncations" in notes and "#1: " in notes and "tokens (CHAR_CAP)" in notes
 
 
-def test_errors_are_shown_by_field_and_the_audit_until_it_lands(page: Page) -> None:
+def test_errors_are_shown_by_field_and_a_missing_audit_is_a_404(page: Page) -> None:
     page.fill("#conversation", json.dumps([{"role": "user", "content": "hi"}, {"role": "robot"}]))
     page.click("#preview")
     page.wait_for_selector("#message:not([hidden])")
     assert "blocks[1].role" in (page.text_content("#message") or "")
 
-    page.fill("#chat-id", "chat-1")
+    page.fill("#chat-id", "page-chat-without-audit")
     page.click("#audit")
-    page.wait_for_function("document.getElementById('message').textContent.includes('chat chat-1')")
-    message = page.text_content("#message") or ""
-    assert "not available on this server (501)" in message and "needs the audit store" in message
-    assert page.get_attribute("#message", "class") == "info"
+    page.wait_for_function("document.getElementById('message').textContent.includes('NOT_FOUND')")
+    assert "has no audit" in (page.text_content("#message") or "")
+
+
+def test_a_chats_last_audit_with_the_pasted_conversation(page: Page, server: ServerProcess) -> None:
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    with contextshift.Client(server.address) as client:
+        shifted = client.shift_context(
+            blocks, budget=300, chat_id="page-chat", provider="openai", strategy="summarize"
+        )
+    page.fill("#conversation", json.dumps(blocks))
+    page.fill("#chat-id", "page-chat")
+    page.click("#audit")
+    page.wait_for_selector("#blocks tbody tr")
+    shown = rows(page)
+    # Every block of the audit in the prompt's order, the summary where it was sent.
+    assert list(shown) == [d.id for d, _ in sorted_audit(shifted, blocks)]
+    assert shown["summary"]["reason"] == "SUMMARY" and shown["summary"]["decision"] == "kept"
+    assert (shown["u1"]["decision"], shown["u1"]["reason"]) == ("excluded", "SUMMARIZED")
+    assert shown["sys"]["role"] == "system"  # from the pasted conversation
+    title = page.text_content("#title") or ""
+    assert title == f"Last audit of chat page-chat (generation {shifted.generation_id})"
+    assert "status GENERATION_STATUS_PENDING" in (page.text_content("#summary") or "")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "preview-page-audit.png"), full_page=True)
+
+
+def sorted_audit(shifted: Any, blocks: list[dict[str, Any]]) -> list[tuple[Any, bool]]:
+    """The audit's order: the input blocks, the summary right before the kept current input."""
+    decided = {d.id: (d, True) for d in shifted.kept} | {d.id: (d, False) for d in shifted.excluded}
+    order = [decided[b["id"]] for b in blocks]
+    summary = decided["summary"]
+    current = next(i for i, (d, _) in enumerate(order) if d.id == shifted.kept[-1].id)
+    return [*order[:current], summary, *order[current:]]

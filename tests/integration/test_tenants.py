@@ -1,11 +1,7 @@
 """API keys and tenants on both surfaces: every RPC and route refuses a call without a valid key,
-health and metrics stay open, and a tenant reaches only its own generations and chats.
-
-The chat matrix (GetContextAudit, DeleteChat and their routes; ShiftContext with a chat id)
-covers what this server can do now: each call passes the key check with the caller's tenant and
-then answers UNIMPLEMENTED / 501, since there is no audit store. The store keys chats by
-(tenant, chat_id) through `auth.current_tenant()`; reading, finishing or deleting another tenant's
-chat is tested with the store."""
+health and metrics stay open, and a tenant reaches only its own generations, chats (audits and
+stored history) and model configurations, even with the same ids: the matrix below runs every
+chat RPC and route for each tenant against the other's data."""
 
 from __future__ import annotations
 
@@ -37,13 +33,25 @@ REQUESTS: dict[str, Any] = {
     "GetContextAudit": pb.GetContextAuditRequest(chat_id="chat-1"),
     "FinishGeneration": pb.FinishGenerationRequest(generation_id="g", status=pb.GENERATION_STATUS_COMPLETED),
     "DeleteChat": pb.DeleteChatRequest(chat_id="chat-1"),
+    "ListStrategies": pb.ListStrategiesRequest(),
+    "AppendBlocks": pb.AppendBlocksRequest(chat_id="chat-1", blocks_json=TEXT),
+    "SetModelConfig": pb.SetModelConfigRequest(config=pb.ModelConfig(model="m", context_size=9000)),
+    "GetModelConfig": pb.GetModelConfigRequest(model="m"),
+    "ListModelConfigs": pb.ListModelConfigsRequest(),
+    "DeleteModelConfig": pb.DeleteModelConfigRequest(model="m"),
 }
 BODIES: dict[str, Any] = {
     "ShiftContext": {"blocksJson": TEXT, "chatId": "chat-1"},
     "PreviewContext": {"blocksJson": TEXT},
     "CountTokens": {"items": [{"text": "hi"}]},
     "FinishGeneration": {"status": "GENERATION_STATUS_COMPLETED"},
+    "AppendBlocks": {"blocksJson": TEXT},
+    "SetModelConfig": {"config": {"model": "m", "contextSize": 9000}},
 }
+
+
+def test_every_rpc_is_in_the_matrix() -> None:
+    assert set(REQUESTS) == {m.name for m in pb.DESCRIPTOR.services_by_name["ContextShiftService"].methods}
 
 
 @pytest.fixture(scope="module")
@@ -166,15 +174,97 @@ def test_a_tenant_finishes_only_its_own_generations_even_with_the_same_id(keyed:
     assert call_route(keyed, "FinishGeneration", headers("acme"), path_id="acme-only").status_code == 200
 
 
+def other(tenant: str) -> str:
+    return next(t for t in KEYS if t != tenant)
+
+
+def audit_of(server: ServerProcess, tenant: str, chat: str) -> pb.ContextAudit | None:
+    try:
+        response = call_rpc(
+            server, "GetContextAudit", pb.GetContextAuditRequest(chat_id=chat), metadata(tenant)
+        )
+    except grpc.RpcError as error:
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        return None
+    audit: pb.ContextAudit = response.audit
+    return audit
+
+
 @pytest.mark.parametrize("tenant", sorted(KEYS))
-@pytest.mark.parametrize("rpc", ["GetContextAudit", "DeleteChat"])
-def test_chat_rpcs_pass_the_key_check_then_wait_for_the_store(
-    keyed: ServerProcess, tenant: str, rpc: str
-) -> None:
+def test_chats_are_the_tenants_own_on_every_rpc_and_route(keyed: ServerProcess, tenant: str) -> None:
+    """Both tenants use the chat id "shared"; `tenant` alone has the chat "own-<tenant>". Every chat
+    RPC and route of the other tenant misses `tenant`'s data, and `tenant` still has it after."""
+    intruder = other(tenant)
+    own = f"own-{tenant}"
+    generations = {}
+    for who, chat in ((tenant, "shared"), (intruder, "shared"), (tenant, own)):
+        request = pb.ShiftContextRequest(
+            blocks_json=TEXT, chat_id=chat, provider=who, generation_id=f"g-{who}-{chat}"
+        )
+        generations[who, chat] = call_rpc(keyed, "ShiftContext", request, metadata(who)).generation_id
+    history = json.dumps([{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "reply"}])
+    call_rpc(
+        keyed, "AppendBlocks", pb.AppendBlocksRequest(chat_id=own, blocks_json=history), metadata(tenant)
+    )
+
+    # Same chat id: each tenant reads its own audit.
+    for who in (tenant, intruder):
+        audit = audit_of(keyed, who, "shared")
+        assert (
+            audit is not None and audit.provider == who and audit.generation_id == generations[who, "shared"]
+        )
+    # The other tenant reads, finishes, deletes nothing of `own`, on either surface.
+    assert audit_of(keyed, intruder, own) is None
+    assert call_route(keyed, "GetContextAudit", headers(intruder), path_id=own).status_code == 404
+    finish = pb.FinishGenerationRequest(
+        generation_id=generations[tenant, own], status=pb.GENERATION_STATUS_COMPLETED
+    )
     with pytest.raises(grpc.RpcError) as caught:
-        call_rpc(keyed, rpc, REQUESTS[rpc], metadata(tenant))
-    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert call_route(keyed, rpc, headers(tenant)).status_code == 501
-    # ShiftContext with a chat id is served for each tenant (it records no audit yet).
-    assert call_rpc(keyed, "ShiftContext", REQUESTS["ShiftContext"], metadata(tenant)).generation_id
-    assert call_route(keyed, "ShiftContext", headers(tenant)).status_code == 200
+        call_rpc(keyed, "FinishGeneration", finish, metadata(intruder))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    assert (
+        call_route(keyed, "FinishGeneration", headers(intruder), path_id=generations[tenant, own]).status_code
+        == 404
+    )
+    assert not call_rpc(keyed, "DeleteChat", pb.DeleteChatRequest(chat_id=own), metadata(intruder)).deleted
+    assert call_route(keyed, "DeleteChat", headers(intruder), path_id=own).json() == {"deleted": False}
+    # Its stored history is not the intruder's either: a shift on it sees only the request's blocks.
+    with_history = pb.PreviewContextRequest(blocks_json=TEXT, chat_id=own, use_stored_history=True)
+    seen = call_rpc(keyed, "PreviewContext", with_history, metadata(intruder)).plan.compaction.original_count
+    assert seen == len(AS_JSON)
+    assert call_rpc(
+        keyed, "PreviewContext", with_history, metadata(tenant)
+    ).plan.compaction.original_count == 2 + len(AS_JSON)
+    # `tenant` still has everything: its audit, unfinished, and finishes it itself.
+    audit = audit_of(keyed, tenant, own)
+    assert audit is not None and audit.status == pb.GENERATION_STATUS_PENDING
+    assert (
+        call_rpc(keyed, "FinishGeneration", finish, metadata(tenant)).status == pb.GENERATION_STATUS_COMPLETED
+    )
+    # Deleting "shared" deletes the deleter's chat only.
+    assert call_route(keyed, "DeleteChat", headers(intruder), path_id="shared").json() == {"deleted": True}
+    assert audit_of(keyed, intruder, "shared") is None
+    assert audit_of(keyed, tenant, "shared") is not None
+    assert call_rpc(keyed, "DeleteChat", pb.DeleteChatRequest(chat_id=own), metadata(tenant)).deleted
+
+
+@pytest.mark.parametrize("tenant", sorted(KEYS))
+def test_model_configurations_are_the_tenants_own(keyed: ServerProcess, tenant: str) -> None:
+    intruder = other(tenant)
+    config = pb.ModelConfig(model=f"model-{tenant}", context_size=7000, max_output_tokens=500)
+    call_rpc(keyed, "SetModelConfig", pb.SetModelConfigRequest(config=config), metadata(tenant))
+    listed = call_rpc(keyed, "ListModelConfigs", pb.ListModelConfigsRequest(), metadata(intruder)).configs
+    assert config.model not in {c.model for c in listed}
+    with pytest.raises(grpc.RpcError) as caught:
+        call_rpc(keyed, "GetModelConfig", pb.GetModelConfigRequest(model=config.model), metadata(intruder))
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+    # The same model name shifts with the owner's configuration only.
+    request = pb.PreviewContextRequest(blocks_json=TEXT, model=config.model)
+    assert call_rpc(keyed, "PreviewContext", request, metadata(tenant)).plan.context_limit == 7000
+    assert call_rpc(keyed, "PreviewContext", request, metadata(intruder)).plan.context_limit != 7000
+    assert not call_rpc(
+        keyed, "DeleteModelConfig", pb.DeleteModelConfigRequest(model=config.model), metadata(intruder)
+    ).deleted
+    assert call_rpc(
+        keyed, "DeleteModelConfig", pb.DeleteModelConfigRequest(model=config.model), metadata(tenant)
+    ).deleted

@@ -108,6 +108,42 @@ OPERATIONS = [
         body=False,
     ),
     Operation(
+        "POST",
+        "/api/v2/chats/{id}/blocks",
+        "AppendBlocks",
+        "Stores blocks at the end of a chat's history, for use_stored_history (AppendBlocks).",
+        path_field="chat_id",
+    ),
+    Operation(
+        "GET",
+        "/api/v2/model-configs",
+        "ListModelConfigs",
+        "Every stored model configuration of the caller's tenant (ListModelConfigs).",
+        body=False,
+    ),
+    Operation(
+        "GET",
+        "/api/v2/model-configs/{id}",
+        "GetModelConfig",
+        "The stored configuration of a model (GetModelConfig).",
+        path_field="model",
+        body=False,
+    ),
+    Operation(
+        "PUT",
+        "/api/v2/model-configs",
+        "SetModelConfig",
+        "Creates or replaces the stored configuration of a model (SetModelConfig).",
+    ),
+    Operation(
+        "DELETE",
+        "/api/v2/model-configs/{id}",
+        "DeleteModelConfig",
+        "Deletes the stored configuration of a model (DeleteModelConfig).",
+        path_field="model",
+        body=False,
+    ),
+    Operation(
         "GET",
         "/api/v2/strategies",
         "ListStrategies",
@@ -116,8 +152,9 @@ OPERATIONS = [
     ),
 ]
 
-# google.rpc.Code over HTTP (google/rpc/code.proto), but for FAILED_PRECONDITION: the one such error
-# is TOKEN_BUDGET_EXCEEDED, a well-formed request whose protected blocks cannot fit (422).
+# google.rpc.Code over HTTP (google/rpc/code.proto), but for FAILED_PRECONDITION: TOKEN_BUDGET_EXCEEDED
+# is a well-formed request whose protected blocks cannot fit (422); the others (a stale or already
+# finished generation, a role no model holds) conflict with the stored state (409, see `http_status_of`).
 HTTP_STATUS = {
     grpc.StatusCode.OK: 200,
     grpc.StatusCode.CANCELLED: 499,
@@ -129,7 +166,7 @@ HTTP_STATUS = {
     grpc.StatusCode.PERMISSION_DENIED: 403,
     grpc.StatusCode.UNAUTHENTICATED: 401,
     grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.FAILED_PRECONDITION: 422,
+    grpc.StatusCode.FAILED_PRECONDITION: 422,  # see http_status_of
     grpc.StatusCode.ABORTED: 409,
     grpc.StatusCode.OUT_OF_RANGE: 400,
     grpc.StatusCode.UNIMPLEMENTED: 501,
@@ -200,6 +237,16 @@ def read_message(body: bytes, message: Message) -> None:
 
 def message_json(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message, always_print_fields_with_no_presence=True)
+
+
+def http_status_of(status: grpc.Status, body: dict[str, Any]) -> int:
+    """The HTTP status of an error `status` whose JSON body (`error_json`) is `body`."""
+    if (
+        status.code == grpc.StatusCode.FAILED_PRECONDITION
+        and body["error"].get("reason") != "TOKEN_BUDGET_EXCEEDED"
+    ):
+        return 409
+    return HTTP_STATUS[status.code]
 
 
 def error_json(status: grpc.Status, http_status: int) -> dict[str, Any]:
@@ -312,9 +359,11 @@ class HttpApi:
                 return response
             except Exception as error:
                 status = error.status if isinstance(error, _Aborted) else error_status(error, label)
-                http_status = 413 if isinstance(error, BodyTooLarge) else HTTP_STATUS[status.code]
+                body = error_json(status, HTTP_STATUS[status.code])
+                http_status = 413 if isinstance(error, BodyTooLarge) else http_status_of(status, body)
+                body["error"]["code"] = http_status
                 headers = {"www-authenticate": "Bearer"} if http_status == 401 else None
-                return JSONResponse(error_json(status, http_status), status_code=http_status, headers=headers)
+                return JSONResponse(body, status_code=http_status, headers=headers)
             finally:
                 if counted:
                     self._in_flight -= 1

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from prometheus_client import (
     CONTENT_TYPE_PLAIN_0_0_4,
@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 
 from contextshift import profiles
+from contextshift.audit.store import Store
 from contextshift.diagnostics import Diagnostic
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
@@ -187,3 +188,28 @@ def observe_store(operation: str) -> Iterator[None]:
         yield
     finally:
         STORE_LATENCY.labels(operation).observe(time.perf_counter() - start)
+
+
+class _TimedStore:
+    """A store whose every call is timed into contextshift_store_operation_duration_seconds, under
+    the method's name (audit, record_shift, finish, history, ...)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._store, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with observe_store(name):
+                return attribute(*args, **kwargs)
+
+        return timed
+
+
+def timed_store(store: Store) -> Store:
+    """`store` with each operation timed (see `observe_store`)."""
+    return cast(Store, _TimedStore(store))

@@ -233,7 +233,7 @@ async def start(
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
-    store = open_store(config.store, pool_size=config.engine_threads)
+    store = metrics.timed_store(open_store(config.store, pool_size=config.engine_threads))
     await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
     servicer = ContextShiftServicer(
