@@ -12,8 +12,10 @@ in 1-second slices over the same connections. The payload is that benchmark's 20
 of JSON); audited calls cycle over 64 chats per client, so most replace a chat's last audit.
 
 - `shift`: no chat; served on the event loop (a small request that needs nothing stored);
-- `shift/thread`: the same with `profile` set, which sends it to an engine thread as any request
-  that may read the store (no read or write happens): the cost of the hop alone;
+- `shift/model`: the same with `profile` set, which reads the model's configuration and calibration
+  (a profile may name a model): from the process's read cache, on the event loop, once read; on the
+  `sqlite/uncached` server (`--store-cache-seconds 0`) from the store on an engine thread every
+  time, the cost the cache saves;
 - `shift+audit`: with a `chat_id`: on a thread, and its audit written before the reply.
 
 Target (issue 9): the audit adds at most 30% to the p50 of ShiftContext on SQLite (`shift+audit`
@@ -41,7 +43,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2, context_ser
 from tests.integration.conftest import start_server  # noqa: E402
 from tests.postgres_cluster import running_cluster  # noqa: E402
 
-RPCS = ("shift", "shift/thread", "shift+audit")
+RPCS = ("shift", "shift/model", "shift+audit")
 CHATS_PER_CLIENT = 64
 TARGET = 0.30  # the audit's share of the p50 on SQLite, at most
 
@@ -59,17 +61,19 @@ def _audited_requests() -> list[context_service_pb2.ShiftContextRequest]:
 
 def _calls(channel: grpc.Channel) -> dict[str, grpc_bench.Call]:
     stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
-    plain, on_thread = grpc_bench.payload(), _variant(profile="heuristic")
+    plain, with_model = grpc_bench.payload(), _variant(profile="heuristic")
     audited = itertools.cycle(_audited_requests())
     return {
         "shift": lambda: stub.ShiftContext(plain, timeout=10),
-        "shift/thread": lambda: stub.ShiftContext(on_thread, timeout=10),
+        "shift/model": lambda: stub.ShiftContext(with_model, timeout=10),
         "shift+audit": lambda: stub.ShiftContext(next(audited), timeout=10),
     }
 
 
-def _measure(store: str, backend: str, clients: int, rounds: int, tmp: Path) -> list[dict[str, Any]]:
-    server = start_server(tmp, store=store)
+def _measure(
+    store: str, backend: str, clients: int, rounds: int, tmp: Path, *flags: str
+) -> list[dict[str, Any]]:
+    server = start_server(tmp, *flags, store=store)
     try:
         measured = grpc_bench.measure(server, _calls, clients, 1, rounds)
     finally:
@@ -80,20 +84,29 @@ def _measure(store: str, backend: str, clients: int, rounds: int, tmp: Path) -> 
 def run(clients: int, rounds: int) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = _measure(f"sqlite:///{tmp}/bench.db", "sqlite", clients, rounds, Path(tmp))
+        rows += _measure(
+            f"sqlite:///{tmp}/uncached.db",
+            "sqlite/uncached",
+            clients,
+            rounds,
+            Path(tmp),
+            "--store-cache-seconds",
+            "0",
+        )
         with running_cluster() as cluster:
             rows += _measure(cluster.new_database(), "postgresql", clients, rounds, Path(tmp))
     return rows
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(f"{'store':>10} {'rpc':>12} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
+    print(f"{'store':>16} {'rpc':>12} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
     for r in rows:
         print(
-            f"{r['store']:>10} {r['rpc']:>12} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
+            f"{r['store']:>16} {r['rpc']:>12} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
         )
     findings = []
-    for store in ("sqlite", "postgresql"):
-        plain, on_thread, audited = (
+    for store in ("sqlite", "sqlite/uncached", "postgresql"):
+        plain, with_model, audited = (
             next(r for r in rows if r["store"] == store and r["rpc"] == rpc) for rpc in RPCS
         )
         added = audited["p50_ms"] / plain["p50_ms"] - 1
@@ -103,9 +116,17 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         findings.append(
             f"{store}: the audit adds {added:.0%} to p50 ({plain['p50_ms']:.2f} -> {audited['p50_ms']:.2f} ms)"
             f"{verdict}; QPS {audited['qps'] / plain['qps']:.0%} of ShiftContext without a chat; against the "
-            f"same shift on a thread: p50 +{audited['p50_ms'] / on_thread['p50_ms'] - 1:.0%}, "
-            f"QPS {audited['qps'] / on_thread['qps']:.0%}"
+            f"shift reading a model: p50 +{audited['p50_ms'] / with_model['p50_ms'] - 1:.0%}, "
+            f"QPS {audited['qps'] / with_model['qps']:.0%}"
         )
+    cached, uncached = (
+        next(r for r in rows if r["store"] == store and r["rpc"] == "shift/model")
+        for store in ("sqlite", "sqlite/uncached")
+    )
+    findings.append(
+        f"read cache: a shift reading a model, p50 {uncached['p50_ms']:.2f} -> {cached['p50_ms']:.2f} ms, "
+        f"QPS x{cached['qps'] / uncached['qps']:.2f}"
+    )
     for line in findings:
         print(line)
     return findings

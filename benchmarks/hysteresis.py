@@ -6,9 +6,11 @@ prompt, only the new messages are processed afresh. The caller works as an agent
 keeps what it sent, appends the answer and the next user turn, and shifts that. Once the chat
 outgrows the budget, a shift that cuts just enough changes the prefix every turn; with
 `target_ratio` 0.8 it cuts down to 80% of the budget and then grows back for several turns before
-cutting again. Same chat, same counts (o200k_base) and same budget for every contender, in one
-run. (A caller that resends the whole history every turn needs the server's memory of the last
-cut instead: the audit store's cache-stable shifts.)
+cutting again. A caller that resends the whole history every turn (a stateless chat backend)
+keeps its prefix through the server's memory of the chat's last cut instead: cache-stable shifts
+(the `cache_stable` option, on by default for a `chat_id`), measured through the real server with
+and without it. Same chat, same counts (o200k_base) and same budget for every contender, in one
+run.
 
     python benchmarks/hysteresis.py [--quick]
 """
@@ -19,6 +21,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, trim_messages  # noqa: E402
 
 import contextshift  # noqa: E402
+from tests.integration.conftest import serving  # noqa: E402
 
 PROFILE = "o200k_base"
 BUDGET = 8_000
@@ -46,7 +50,10 @@ def chat(turns: int) -> list[dict[str, Any]]:
     return blocks
 
 
-def contextshift_prompt(target_ratio: float) -> Callable[[list[dict[str, Any]]], list[str]]:
+Prompt = Callable[[list[dict[str, Any]]], list[str]]
+
+
+def contextshift_prompt(target_ratio: float) -> Prompt:
     def prompt(blocks: list[dict[str, Any]]) -> list[str]:
         result = contextshift.shift_context(
             blocks, budget=BUDGET, profile=PROFILE, options={"target_ratio": target_ratio}
@@ -56,7 +63,7 @@ def contextshift_prompt(target_ratio: float) -> Callable[[list[dict[str, Any]]],
     return prompt
 
 
-def langchain_prompt(counts: dict[str, int]) -> Callable[[list[dict[str, Any]]], list[str]]:
+def langchain_prompt(counts: dict[str, int]) -> Prompt:
     kinds: dict[str, type[BaseMessage]] = {
         "system": SystemMessage,
         "user": HumanMessage,
@@ -81,17 +88,29 @@ def langchain_prompt(counts: dict[str, int]) -> Callable[[list[dict[str, Any]]],
     return prompt
 
 
+def server_prompt(client: contextshift.Client, chat: str, cache_stable: bool) -> Prompt:
+    """ShiftContext of the whole history for `chat`, every turn, as a stateless backend sends it."""
+
+    def prompt(blocks: list[dict[str, Any]]) -> list[str]:
+        options = {"target_ratio": 0.8, "cache_stable": cache_stable}
+        result = client.shift_context(blocks, budget=BUDGET, profile=PROFILE, chat_id=chat, options=options)
+        return [d.id for d in result.kept]
+
+    return prompt
+
+
 def replay(
-    blocks: list[dict[str, Any]], prompt: Callable[[list[dict[str, Any]]], list[str]], counts: dict[str, int]
+    blocks: list[dict[str, Any]], prompt: Prompt, counts: dict[str, int], *, resend_all: bool = False
 ) -> dict[str, Any]:
     """Prefix changes (turns whose prompt does not start with the previous turn's) and the share of
-    prompt tokens in the prefix shared with the previous turn (what a provider's cache can serve)."""
+    prompt tokens in the prefix shared with the previous turn (what a provider's cache can serve).
+    The caller keeps what it sent and appends to it, or with `resend_all` sends the whole history."""
     by_id = {b["id"]: b for b in blocks}
     previous: list[str] = []
     changes = cached = sent = turns = 0
     for end in range(2, len(blocks) + 1, 2):  # each user turn: the answer before it, then it
         new = [b["id"] for b in blocks[max(1, end - 2) : end]]
-        history = (previous or [blocks[0]["id"]]) + new
+        history = [b["id"] for b in blocks[:end]] if resend_all else (previous or [blocks[0]["id"]]) + new
         ids = prompt([by_id[i] for i in history])
         turns += 1
         common = 0
@@ -114,15 +133,28 @@ def main(quick: bool = False) -> int:
     blocks = chat(100 if quick else 300)
     counts = dict(zip((b["id"] for b in blocks), contextshift.count_tokens(blocks, PROFILE), strict=True))
     contenders = {
-        "contextshift target_ratio=1.0": contextshift_prompt(1.0),
-        "contextshift target_ratio=0.8": contextshift_prompt(0.8),
-        "LangChain trim_messages": langchain_prompt(counts),
+        "keeps what it sent: target_ratio=1.0": contextshift_prompt(1.0),
+        "keeps what it sent: target_ratio=0.8": contextshift_prompt(0.8),
+        "keeps what it sent: LangChain trim_messages": langchain_prompt(counts),
     }
     rows = {name: replay(blocks, prompt, counts) for name, prompt in contenders.items()}
-    print(f"{'contender':<32} {'turns':>6} {'prefix changes':>15} {'per 100 turns':>14} {'cached share':>13}")
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        serving(Path(tmp)) as server,
+        contextshift.Client(server.address) as client,
+    ):
+        for cache_stable in (False, True):
+            name = f"resends all, server, 0.8, cache_stable={'on' if cache_stable else 'off'}"
+            prompt = server_prompt(client, f"replay-{cache_stable}", cache_stable)
+            rows[name] = replay(blocks, prompt, counts, resend_all=True)
+    width = max(len(name) for name in rows)
+    print(
+        f"{'contender':<{width}} {'turns':>6} {'prefix changes':>15} {'per 100 turns':>14} {'cached share':>13}"
+    )
     for name, r in rows.items():
         print(
-            f"{name:<32} {r['turns']:>6} {r['prefix_changes']:>15} {r['per_100_turns']:>14.1f} {r['cached_share']:>13.1%}"
+            f"{name:<{width}} {r['turns']:>6} {r['prefix_changes']:>15} {r['per_100_turns']:>14.1f} "
+            f"{r['cached_share']:>13.1%}"
         )
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)

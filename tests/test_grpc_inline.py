@@ -1,7 +1,8 @@
-"""Where the servicer runs the engine: a small request that needs nothing stored on the event loop
-once its process has served its profile, a first use (which may load a vocabulary), a large request
-and a request that reads the store (it names a model or a profile) on the engine threads. In
-process, with an executor that counts what it is handed."""
+"""Where the servicer runs the engine: a small request on the event loop once its process has
+served its profile and the model reads it needs are in the process's cache; a first use (which
+may load a vocabulary), a large request, a request whose model was not read lately, and a shift of
+a chat (which reads it) on the engine threads. In process, with an executor that counts what it is
+handed."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def test_small_requests_run_inline_once_their_profile_was_served(
     executor: CountingExecutor, store: SqliteStore
 ) -> None:
     servicer = ContextShiftServicer(
-        executor, BudgetDefaults(None, None), store, inline_request_bytes=INLINE_BYTES
+        executor, BudgetDefaults(None, None), store, inline_request_bytes=INLINE_BYTES, store_cache_seconds=60
     )
 
     async def handed(**fields: Any) -> int:
@@ -71,10 +72,19 @@ def test_small_requests_run_inline_once_their_profile_was_served(
         assert await handed(blocks_json=small) == 1  # first use of (heuristic, no model): a thread
         assert await handed(blocks_json=small) == 1  # then inline
         assert await handed(blocks_json=blocks_json(2 * INLINE_BYTES)) == 2  # large: always a thread
-        # A model's configuration and calibration are read from the store: on a thread, always.
+        # A model's configuration and calibration are read from the store on a thread, then from
+        # the cache.
         assert await handed(blocks_json=small, model="gpt-4o") == 3
-        assert await handed(blocks_json=small, model="gpt-4o") == 4
-        for expected in (5, 6):  # so is a profile (it may name a model), which may not load
+        assert await handed(blocks_json=small, model="gpt-4o") == 3
+        # So is a profile, which may name a model: none configured is cached too.
+        assert await handed(blocks_json=small, profile="heuristic") == 4
+        assert await handed(blocks_json=small, profile="heuristic") == 4
+        # A model not read lately: to a thread even when its profile was served.
+        assert await handed(blocks_json=small, model="gpt-4o-2024-08-06") == 5
+        # A chat is read from the store (its last prompt): on a thread, always.
+        assert await handed(blocks_json=small, chat_id="c") == 6
+        assert await handed(blocks_json=small, chat_id="c") == 7
+        for expected in (8, 9):  # a profile that may not load goes to a thread every time
             with pytest.raises(InvalidOptions):
                 await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
             assert executor.handed == expected

@@ -142,6 +142,13 @@ COMMON: tuple[OptionSpec, ...] = (
         above=0,
     ),
     OptionSpec(
+        "cache_stable",
+        "bool",
+        True,
+        "given the chat's previous prompt (a server: the chat's last audit), leave out again what it "
+        "left out while its blocks are unchanged, so the provider's cached prefix holds",
+    ),
+    OptionSpec(
         "plugin_timeout_ms",
         "int",
         1000,
@@ -169,6 +176,7 @@ class ShiftOptions:
     start_on_user: bool = True
     protect_current_input: bool = True
     target_ratio: float = 1.0
+    cache_stable: bool = True
     plugin_timeout_ms: int = 1000
     preset: str = ""
     strategy: Mapping[str, Any] = field(default_factory=dict)

@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
-from contextshift import calibration, engine, plugins
+from contextshift import cache_stable, calibration, engine, plugins
 from contextshift.budget import Budget, resolve_budget
+from contextshift.cache_stable import PreviousPrompt
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError, TokenBudgetExceeded
@@ -121,6 +122,14 @@ class ShiftResult:
         """Every block in input order (kept and excluded, as an audit records them; a summary at
         its place), with whether it was kept."""
         return self.decisions.ordered_decisions()
+
+    def as_previous(self) -> PreviousPrompt:
+        """This prompt as the `previous` of the chat's next shift (see contextshift.cache_stable)."""
+        summary = self.summary.id if self.summary else None
+        return PreviousPrompt(
+            kept=[(d.id, d.tokens) for d in self.kept if d.id != summary],
+            excluded=[(d.id, d.reason) for d in self.excluded],
+        )
 
     @functools.cached_property
     def messages(self) -> list[Mapping[str, Any]]:
@@ -273,6 +282,7 @@ def shift_context(
     model: str | None = None,
     calibration_source: calibration.CalibrationSource = calibration.DEFAULT,
     known_tokens: Sequence[int | None] | None = None,
+    previous: PreviousPrompt | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
@@ -282,7 +292,9 @@ def shift_context(
     (contextshift.strategies.list_strategies()); `options` are the common options and the
     strategy's own. `known_tokens` gives block tokens already known for the profile, for the first
     blocks (None where unknown; e.g. stored with a chat's history): only the other blocks are
-    counted, before the independent recount of what is kept. Raises `InvalidBlocks`,
+    counted, before the independent recount of what is kept. `previous` is the chat's last prompt:
+    with the `cache_stable` option (on by default) the blocks it left out are left out again while
+    its blocks are unchanged (contextshift.cache_stable). Raises `InvalidBlocks`,
     `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
     info = strategy_named(strategy)
     opts = ShiftOptions.from_mapping(options, info.options)
@@ -304,6 +316,11 @@ def shift_context(
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
     # 4-5. Orphans, the strategy, the leading-assistant repair.
     ctx = StrategyContext(strategy, blocks, conversation, counts, raw_budget, unpinned, opts)
+    kept_cut = None
+    # A previous prompt that left nothing out has no cut to carry (and needs no layout).
+    if previous is not None and previous.excluded and opts.cache_stable:
+        kept_cut = cache_stable.carried(previous, ctx.layout, counts)
+        ctx.carried = kept_cut.forced
     try:
         outcome = info.run(ctx)
     except TokenBudgetExceeded as e:
@@ -340,7 +357,7 @@ def shift_context(
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
-        diagnostics=outcome.diagnostics,
+        diagnostics=([kept_cut.diagnostic] if kept_cut and kept_cut.diagnostic else []) + outcome.diagnostics,
         strategy=strategy,
         block_count=len(conversation),
         summary=outcome.summary,

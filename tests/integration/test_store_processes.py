@@ -60,9 +60,9 @@ def check_audit(audit: pb.ContextAudit, chat_id: str, sent: set[str]) -> None:
 
 
 @contextmanager
-def servers(tmp_path: Path, url: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+def servers(tmp_path: Path, url: str, *flags: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two server processes over one store."""
-    with serving(tmp_path, store=url) as first, serving(tmp_path, store=url) as second:
+    with serving(tmp_path, *flags, store=url) as first, serving(tmp_path, *flags, store=url) as second:
         yield first, second
 
 
@@ -72,8 +72,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
+    # No read cache: every read sees the other replica's last write.
     with (
-        servers(tmp_path, url) as (a, b),
+        servers(tmp_path, url, "--store-cache-seconds", "0") as (a, b),
         grpc.insecure_channel(a.address) as to_a,
         grpc.insecure_channel(b.address) as to_b,
     ):
@@ -123,6 +124,33 @@ def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             stub(to_a).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def context_limit(channel: grpc.Channel, model: str) -> int:
+    request = pb.PreviewContextRequest(blocks_json="[]", model=model)
+    return int(stub(channel).PreviewContext(request, timeout=10).plan.context_limit)
+
+
+def test_cached_model_reads_follow_the_other_replica_within_the_cache_window(tmp_path: Path) -> None:
+    """With the read cache on, a replica's own change applies at once and the other's once its
+    cached read is older than `--store-cache-seconds` (the wait is bounded generously: what is
+    checked is that the change arrives, not how fast)."""
+    url = f"sqlite:///{tmp_path}/shared.db"
+    with (
+        servers(tmp_path, url, "--store-cache-seconds", "0.5") as (a, b),
+        grpc.insecure_channel(a.address) as to_a,
+        grpc.insecure_channel(b.address) as to_b,
+    ):
+        model = "gpt-4o-cached"
+        for size in (9000, 7000):
+            stub(to_b).SetModelConfig(
+                pb.SetModelConfigRequest(config=pb.ModelConfig(model=model, context_size=size)), timeout=10
+            )
+            assert context_limit(to_b, model) == size  # its own write: at once
+            deadline = time.monotonic() + 30
+            while context_limit(to_a, model) != size:  # read then cached by `a`
+                assert time.monotonic() < deadline, f"replica a never saw context_size {size}"
+                time.sleep(0.1)
 
 
 def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 from enum import Enum
+from typing import Any
 
 import lz4.frame
 
@@ -21,6 +22,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.convert import Shifted, timestamp
 from contextshift.audit.provider_errors import ErrorCode
 from contextshift.audit.store import Generation, Status, StoredAudit
+from contextshift.cache_stable import PreviousPrompt
 from contextshift.shift import ShiftResult
 
 STATUSES = {
@@ -43,6 +45,13 @@ def generation(shifted: Shifted[pb.ShiftContextRequest], generation_id: str, cre
         approximate=result.approximate,
         created_ms=created_ms,
     )
+
+
+def stores_generation(shifted: Shifted[Any]) -> bool:
+    """Whether a shift's generation is stored: with its chat's audit, or for FinishGeneration to
+    calibrate an approximate profile's counts for its model."""
+    result = shifted.result
+    return bool(shifted.request.chat_id or (result.approximate and result.model))
 
 
 def encode(
@@ -101,6 +110,16 @@ def decode(stored: StoredAudit) -> pb.ContextAudit:
     if g.finished_ms is not None:
         audit.finish_time.CopyFrom(timestamp(g.finished_ms))
     return audit
+
+
+def previous_prompt(stored: StoredAudit) -> PreviousPrompt:
+    """The prompt a stored audit records, as the `previous` of the chat's next shift."""
+    audit = pb.ContextAudit.FromString(lz4.frame.decompress(stored.payload))
+    summary = audit.plan.summary.id if audit.plan.HasField("summary") else None
+    return PreviousPrompt(
+        kept=[(b.id, b.tokens) for b in audit.blocks if b.kept and b.id != summary],
+        excluded=[(b.id, b.reason) for b in audit.blocks if not b.kept],
+    )
 
 
 class _Stage(Enum):

@@ -167,6 +167,16 @@ SETTINGS = [
         "TOML file of model configurations loaded into the store at start (server-wide defaults)",
     ),
     Setting(
+        "store_cache_seconds",
+        float,
+        2.0,
+        "CONTEXTSHIFT_STORE_CACHE_SECONDS",
+        "how long a process keeps the model configurations and calibrations it read, so requests "
+        "naming a model run on the event loop; another worker's or replica's changes show after it "
+        "(0: read the store every time)",
+        0,
+    ),
+    Setting(
         "generation_retention_hours",
         int,
         24,
@@ -246,6 +256,7 @@ class ServerConfig:
     store: str
     audit_messages: bool
     model_config_file: str | None
+    store_cache_seconds: float
     generation_retention_hours: int
     bench_echo: bool
     compact_url: str | None

@@ -26,6 +26,7 @@ from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import history, provider_messages
 from contextshift.api.errors import RequestError, invalid
 from contextshift.audit.store import ModelConfig, Role, StoredBlock
+from contextshift.cache_stable import PreviousPrompt
 from contextshift.diagnostics import CompactionUsage
 from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions
 from contextshift.options import COMMON, OptionSpec
@@ -84,6 +85,10 @@ class StoreView(calibration.CalibrationSource, Protocol):
 
     def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]: ...
 
+    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
+        """The chat's last prompt, from its last audit (cache-stable shifts)."""
+        ...
+
 
 class NoStore:
     """The view of a shift that needs nothing stored (names no model, role, chat or history): the
@@ -94,6 +99,9 @@ class NoStore:
 
     def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
         return ()
+
+    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
+        return None
 
     def factor(self, model: str | None) -> float:
         return calibration.DEFAULT.factor(model)
@@ -500,6 +508,7 @@ def shift(
             model=resolution.model,  # the calibration key of an approximate profile
             calibration_source=store,
             known_tokens=joined.known_tokens if joined else None,
+            previous=store.previous_prompt(request.chat_id) if request.chat_id else None,
         )
     except InvalidInput as e:
         if joined and any(v.field == "blocks_json" for v in e.violations):

@@ -243,6 +243,7 @@ async def start(
         inline_request_bytes=config.inline_request_bytes,
         audit_messages=config.audit_messages,
         io_executor=io_executor,
+        store_cache_seconds=config.store_cache_seconds,
     )
     add_context_service(servicer, server)
     compaction = _configure_compaction(config)

@@ -22,10 +22,12 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence, Set
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import grpc
 from google.protobuf import message_factory
@@ -39,6 +41,7 @@ from contextshift.api import audits, convert, history, metrics, model_configs
 from contextshift.api.auth import current_tenant
 from contextshift.api.errors import RequestError, invalid
 from contextshift.api.interceptors import call_stats
+from contextshift.api.read_cache import CacheMiss, ReadCache
 from contextshift.audit.provider_errors import ErrorCode, normalize
 from contextshift.audit.store import (
     ModelConfig,
@@ -51,6 +54,7 @@ from contextshift.audit.store import (
     StoreError,
     now_ms,
 )
+from contextshift.cache_stable import PreviousPrompt
 from contextshift.calibration import ALPHA, Calibration
 from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.profiles import ProfileInfo, list_profiles
@@ -149,19 +153,53 @@ def _stable_counts(profile: str) -> bool:
     return not profile.startswith(profiles.HF_PREFIX) and profile != "llama3"
 
 
-def _reads_store(request: convert.ShiftRequest) -> bool:
-    """Whether a shift reads the store: for a model's configuration and calibration (a profile can
-    name a model), the role's model, or the chat's history."""
-    return bool(request.model or request.profile or request.model_role or request.use_stored_history)
+def _reads_chat(request: convert.ShiftRequest) -> bool:
+    """Whether a shift reads its chat from the store (its last prompt, for cache-stable shifts, or
+    its stored history): never cached, so on a thread."""
+    return bool(request.chat_id or request.use_stored_history)
+
+
+def _reads_model(request: convert.ShiftRequest) -> bool:
+    """Whether a shift reads a model's configuration and calibration (a profile can name a model,
+    a role names one): cached by the process (`ReadCache`)."""
+    return bool(request.model or request.profile or request.model_role)
+
+
+# Chats whose last prompt a process keeps decoded, and the largest prompt kept (blocks): a chat's
+# next shift would otherwise decode its last audit (0.3 ms at 200 blocks) to be cache-stable.
+PROMPTS_KEPT = 512
+PROMPT_BLOCKS_KEPT = 2000
+
+
+@dataclass(frozen=True)
+class Caches:
+    """A process's caches of store reads: model configurations and calibrations (for
+    `store_cache_seconds`), and the chats' last prompts (valid while the chat's audit is the same
+    generation, so kept without a time limit)."""
+
+    models: ReadCache
+    prompts: ReadCache = field(default_factory=lambda: ReadCache(math.inf, PROMPTS_KEPT))
 
 
 class TenantStore:
-    """The store as one tenant's shifts read it (`convert.StoreView`), timing the reads."""
+    """The store as one tenant's shifts read it (`convert.StoreView`), timing the reads. Model
+    configurations and calibrations go through the process's `Caches`; with `cached_only`, a read
+    the cache does not hold raises `CacheMiss` instead of touching the store (a shift on the event
+    loop)."""
 
-    def __init__(self, store: Store, tenant: str) -> None:
+    def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
         self.store = store
         self.tenant = tenant
+        self.caches = caches
+        self.cached_only = cached_only
         self.read_seconds = 0.0
+
+    def cached(self) -> TenantStore:
+        """This view for a shift on the event loop: the cache only, never the store."""
+        return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
+
+    def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
+        return self.caches.models.get(key, None if self.cached_only else lambda: self._timed(read))
 
     def _timed(self, read: Callable[[], T]) -> T:
         start = time.perf_counter()
@@ -171,16 +209,40 @@ class TenantStore:
             self.read_seconds += time.perf_counter() - start
 
     def model_config(self, model: str, role: Role) -> ModelConfig | None:
-        return self._timed(lambda: model_configs.lookup(self.store, self.tenant, model, role))
+        return self._cached(
+            ("config", self.tenant, model, role),
+            lambda: model_configs.lookup(self.store, self.tenant, model, role),
+        )
 
     def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
         return self._timed(lambda: self.store.history(self.tenant, chat_id, profile))
 
+    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
+        stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
+        if stored is None:
+            return None
+        generation = (stored.generation.generation_id, stored.generation.created_ms)
+        kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
+        if kept is not None and kept[0] == generation:
+            return cast(PreviousPrompt, kept[1])
+        prompt = audits.previous_prompt(stored)
+        self.keep_prompt(chat_id, generation, prompt)
+        return prompt
+
+    def keep_prompt(self, chat_id: str, generation: tuple[str, int], prompt: PreviousPrompt) -> None:
+        """Keeps a chat's last prompt, the one its audit of `generation` (id, created) records."""
+        if len(prompt.kept) + len(prompt.excluded) <= PROMPT_BLOCKS_KEPT:
+            self.caches.prompts.put(("prompt", self.tenant, chat_id), (generation, prompt))
+
     def factor(self, model: str | None) -> float:
         if not model:
             return 1.0
-        calibration = self._timed(lambda: self.store.calibration(self.tenant, model))
-        return calibration.factor if calibration else 1.0
+
+        def read() -> float:
+            calibration = self.store.calibration(self.tenant, model)
+            return calibration.factor if calibration else 1.0
+
+        return self._cached(("factor", self.tenant, model), read)
 
 
 class ContextShiftServicer:
@@ -195,12 +257,14 @@ class ContextShiftServicer:
         inline_request_bytes: int = 0,
         audit_messages: bool = True,
         io_executor: ThreadPoolExecutor | None = None,
+        store_cache_seconds: float = 0.0,
     ) -> None:
         self._executor = executor
         # Shifts whose strategy waits (an LLM endpoint, a plugin) run here, not on the engine threads.
         self._io_executor = io_executor or executor
         self._defaults = defaults
         self._store = store
+        self._caches = Caches(ReadCache(store_cache_seconds))
         self._inline_request_bytes = inline_request_bytes
         self._audit_messages = audit_messages
         self._served_profiles: set[tuple[str, str]] = set()
@@ -222,6 +286,11 @@ class ContextShiftServicer:
         inline = runs_inline(request.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
         return size if inline else None
 
+    def _runs_inline(self, request_bytes: int | None, profile: tuple[str, str] | None) -> bool:
+        """Whether `_run` runs a request of this size and profile on the event loop."""
+        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
+        return small and profile in self._served_profiles
+
     async def _run(
         self,
         fn: Callable[[], T],
@@ -234,9 +303,9 @@ class ContextShiftServicer:
         `(profile, model)`: for a small request the hop to a thread and back (two wake-ups, and the
         GIL handed between the threads) costs more than the engine work itself, but a first use
         loads a vocabulary or a tokenizer.json (up to seconds), which must not stall the loop."""
-        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
-        if small and profile in self._served_profiles:
+        if self._runs_inline(request_bytes, profile):
             return fn()
+        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
         result = await self._on_thread(fn, executor)
         if small and profile is not None and len(self._served_profiles) < MAX_SERVED_PROFILES:
             self._served_profiles.add(profile)
@@ -255,33 +324,44 @@ class ContextShiftServicer:
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
         read, blocks_json = convert.read_shift_request(request, request_type)
         _checked(convert.id_violations("chat_id", read.chat_id, required=False))
-        return read, blocks_json, TenantStore(self._store, self._tenant(context))
+        return read, blocks_json, TenantStore(self._store, self._tenant(context), self._caches)
+
+    async def _shift_cached(
+        self, read: convert.R, blocks_json: bytes, store: TenantStore, size: int
+    ) -> convert.Shifted[convert.R]:
+        """A shift that reads no chat: on the event loop when small (see `_run`) and the model
+        reads it needs are cached; otherwise on a thread, where it reads (and caches) them."""
+        shift = functools.partial(convert.shift, read, blocks_json, self._defaults)
+        executor = self._shift_executor(read)
+        inline = self._inline_bytes(read, size)
+        profile = (read.profile, read.model)
+        if _reads_model(read) and self._runs_inline(inline, profile):
+            try:
+                return shift(store.cached())
+            except CacheMiss:  # not read lately: on a thread, which reads (and caches) it
+                return await self._on_thread(functools.partial(shift, store), executor)
+        return await self._run(functools.partial(shift, store), inline, profile, executor)
 
     async def ShiftContext(self, request: bytes, context: Context) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
-        `add_context_service`). A shift that reads the store runs on a thread with its reads and
-        writes; one that only writes (an audit) shifts as one that needs no store (on the event loop
-        when small), then writes on a thread, where compressing and writing mostly run without the
-        GIL."""
+        `add_context_service`). A shift of a chat runs on a thread with its reads (the chat's last
+        prompt, its history, the model's configuration) and its writes (the generation and the
+        audit); one without a chat shifts as PreviewContext does, then stores its generation on a
+        thread when FinishGeneration can calibrate with it."""
         read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest, context)
         _checked(convert.id_violations("generation_id", read.generation_id, required=False))
         generation_id = read.generation_id or convert.uuid7()
         write = audits.AuditWrite()
         try:
-            if _reads_store(read):
+            if _reads_chat(read):
                 work = functools.partial(
                     self._shift_and_record, store, read, blocks_json, generation_id, write
                 )
                 shifted = await self._on_thread(work, self._shift_executor(read))
             else:
                 start = time.perf_counter()
-                shifted = await self._run(
-                    functools.partial(convert.shift, read, blocks_json, self._defaults),
-                    self._inline_bytes(read, len(request)),
-                    (read.profile, read.model),
-                    self._shift_executor(read),
-                )
-                if read.chat_id:
+                shifted = await self._shift_cached(read, blocks_json, store, len(request))
+                if audits.stores_generation(shifted):
                     shift_seconds = time.perf_counter() - start
                     record = functools.partial(
                         self._record, store, shifted, generation_id, write, shift_seconds
@@ -322,8 +402,7 @@ class ContextShiftServicer:
     ) -> None:
         """On an engine thread: what a shift stores. With a chat: its generation and audit;
         without one: its generation when FinishGeneration can calibrate with it."""
-        result = shifted.result
-        if not (shifted.request.chat_id or (result.approximate and result.model)):
+        if not audits.stores_generation(shifted):
             return
         created = now_ms()
         payload = None
@@ -334,6 +413,10 @@ class ContextShiftServicer:
             self._store.record_shift(
                 store.tenant, audits.generation(shifted, generation_id, created), payload
             )
+            if shifted.request.chat_id:  # its next shift starts from this prompt
+                store.keep_prompt(
+                    shifted.request.chat_id, (generation_id, created), shifted.result.as_previous()
+                )
             if write.end():  # the call was cancelled while this wrote
                 self._mark_cancelled(store.tenant, generation_id)
 
@@ -349,27 +432,26 @@ class ContextShiftServicer:
         """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out. Reads the
         store like ShiftContext, writes nothing."""
         read, blocks_json, store = self._read_shift(request, pb.PreviewContextRequest, context)
-        shift = functools.partial(convert.shift, read, blocks_json, self._defaults)
-        executor = self._shift_executor(read)
-        if _reads_store(read):
-            shifted = await self._on_thread(functools.partial(shift, store), executor)
+        if _reads_chat(read):
+            shift = functools.partial(convert.shift, read, blocks_json, self._defaults, store)
+            shifted = await self._on_thread(shift, self._shift_executor(read))
         else:
-            shifted = await self._run(
-                shift, self._inline_bytes(read, len(request)), (read.profile, read.model), executor
-            )
+            shifted = await self._shift_cached(read, blocks_json, store, len(request))
         self._report_stats(shifted)
         return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())])
 
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
-        if request.model:  # its stored configuration may name the profile
-            store = TenantStore(self._store, self._tenant(context))
-            response = await self._on_thread(functools.partial(convert.count, request, store))
+        # A model's stored configuration may name the profile.
+        store = TenantStore(self._store, self._tenant(context), self._caches)
+        count = functools.partial(convert.count, request)
+        size, profile = request.ByteSize(), (request.profile, request.model)
+        if request.model and self._runs_inline(size, profile):
+            try:
+                response = count(store.cached())
+            except CacheMiss:
+                response = await self._on_thread(functools.partial(count, store))
         else:
-            response = await self._run(
-                functools.partial(convert.count, request),
-                request.ByteSize(),
-                (request.profile, request.model),
-            )
+            response = await self._run(functools.partial(count, store), size, profile)
         stats = call_stats()
         stats.blocks = len(response.counts)
         stats.tokens = response.total
@@ -421,6 +503,10 @@ class ContextShiftServicer:
                 "model); stored generations expire after generation_retention_hours and go with DeleteChat",
             ) from None
         g = finished.generation
+        if finished.calibration is not None:  # this process's next shifts use it at once
+            self._caches.models.put(
+                ("factor", tenant, finished.calibration.model), finished.calibration.factor
+            )
         response = pb.FinishGenerationResponse(
             calibration_recorded=finished.calibration_recorded,
             calibration=_calibration_message(finished.calibration),
@@ -444,7 +530,7 @@ class ContextShiftServicer:
             raise invalid("blocks_json", "set either blocks or blocks_json, not both")
         if not request.blocks and not request.blocks_json:
             raise invalid("blocks", "nothing to append: set blocks or blocks_json")
-        store = TenantStore(self._store, self._tenant(context))
+        store = TenantStore(self._store, self._tenant(context), self._caches)
 
         def append() -> pb.AppendBlocksResponse:
             profile = convert.resolve_model(
@@ -479,6 +565,7 @@ class ContextShiftServicer:
         _checked(model_configs.check(config, "config"))
         tenant = self._tenant(context)
         stored = await self._on_thread(functools.partial(self._store.set_model_config, tenant, config))
+        self._caches.models.forget("config")
         return pb.SetModelConfigResponse(config=model_configs.to_proto(stored))
 
     async def GetModelConfig(
@@ -511,6 +598,7 @@ class ContextShiftServicer:
         deleted = await self._on_thread(
             functools.partial(self._store.delete_model_config, tenant, request.model)
         )
+        self._caches.models.forget("config")
         return pb.DeleteModelConfigResponse(deleted=deleted)
 
     async def ListStrategies(

@@ -107,6 +107,8 @@ class StrategyContext:
     budget: int  # raw tokens (an approximate profile's calibration already applied)
     unpinned: list[int]
     options: ShiftOptions
+    # Blocks the chat's previous prompt left out, to leave out again (contextshift.cache_stable).
+    carried: Sequence[tuple[int, str]] = ()
 
     @property
     def profile(self) -> str:
@@ -147,7 +149,7 @@ class StrategyContext:
             self.options.protect_current_input,
             self.options.start_on_user,
             target=self.target(budget) if target is None else target,
-            forced=forced,
+            forced=[*self.carried, *forced],
             ranked=ranked,
         )
 

@@ -349,8 +349,10 @@ class ShiftContextRequest(_message.Message):
     @_builtins.property
     def options(self) -> _struct_pb2.Struct:
         """Options: the common ones (max_block_chars, tool_result_max_chars, pinned_cap, start_on_user,
-        protect_current_input, target_ratio, plugin_timeout_ms, preset) and the strategy's own (see
-        ListStrategies). An unknown or mistyped option is INVALID_ARGUMENT on field "options.<name>".
+        protect_current_input, target_ratio, cache_stable, plugin_timeout_ms, preset) and the
+        strategy's own (see ListStrategies). With a `chat_id` and `cache_stable` (default true), the
+        chat's last audit is read and what its prompt left out is left out again while the prompt's
+        blocks are unchanged, so the provider's cached prefix holds (diagnostic CACHE_STABLE). An unknown or mistyped option is INVALID_ARGUMENT on field "options.<name>".
         llm-compact takes "hint" and "compact_model" (a model the server is configured with, or its
         role "main" or "fast"); the endpoint's URL, key and timeout are the server's settings, and
         "compact_base_url", "compact_api_key" or "compact_timeout_ms" in a request are

@@ -1,0 +1,69 @@
+"""Cache-stable shifts: a new shift of a chat starts from the cut its last prompt was made with.
+
+Providers cache a prompt's prefix. A stateless shift of the whole history re-plans from scratch
+each turn, so once a chat is over its budget it cuts a little more every turn and the prefix
+changes every turn. Given the previous prompt (`PreviousPrompt`: what the chat's last shift kept,
+with tokens, and left out, with reasons), a shift whose blocks still carry that prompt unchanged
+(every block it kept, with the same tokens, in the same order, and every block it left out)
+leaves out again what it left out, and cuts further only when it is over the budget — down to
+`target_ratio` of it, so the next turns grow again on the same prefix. When the prefix changed
+(an edited or removed block), the shift plans afresh and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contextshift import engine
+from contextshift.diagnostics import Diagnostic
+
+SOURCE = "host"
+
+
+@dataclass(frozen=True)
+class PreviousPrompt:
+    """The last prompt of a chat: the blocks it kept, in order, with their tokens (the summary block
+    left out), and the blocks it left out, with their reasons."""
+
+    kept: Sequence[tuple[str, int]]
+    excluded: Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What a shift takes over from the previous prompt: the blocks to leave out again (index,
+    reason), and a diagnostic saying what happened (none when there was nothing to carry)."""
+
+    forced: list[tuple[int, str]]
+    diagnostic: Diagnostic | None
+
+
+# A carried block goes again for the budget: a summary made this time covers it afresh.
+_CARRIED_AS = {"SUMMARIZED": "BUDGET_OLDEST_FIRST"}
+
+
+def carried(previous: PreviousPrompt, layout: engine.Layout, counts: engine.Counts) -> Carried:
+    """The previous prompt's cut (it left something out), if this conversation still carries that
+    prompt unchanged."""
+    position = {block_id: i for i, block_id in enumerate(layout.ids)}
+    kept_at = [position.get(block_id, -1) for block_id, _ in previous.kept]
+    tokens = counts.tokens
+    unchanged = (
+        -1 not in kept_at
+        and kept_at == sorted(kept_at)
+        and [tokens[i] for i in kept_at] == [t for _, t in previous.kept]
+        and all(block_id in position for block_id, _ in previous.excluded)
+    )
+    if not unchanged:
+        detail = "the last prompt's blocks changed (edited, removed or reordered): planned afresh"
+        return Carried([], Diagnostic(SOURCE, "CACHE_STABLE_RESET", detail))
+    # A group goes by its earliest member; orphans go anyway; blocks protected since stay.
+    forced = [
+        (position[block_id], _CARRIED_AS.get(reason, reason))
+        for block_id, reason in previous.excluded
+        if reason not in {"TOOL_GROUP", "ORPHAN_TOOL_RESULT"}
+        and not layout.group_protected[position[block_id]]
+    ]
+    detail = f"kept the last prompt's cut: {len(previous.excluded)} blocks left out as before"
+    return Carried(forced, Diagnostic(SOURCE, "CACHE_STABLE", detail))

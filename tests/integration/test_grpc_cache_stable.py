@@ -1,0 +1,39 @@
+"""Cache-stable shifts through the server: a chat's next ShiftContext reads the chat's last audit
+and leaves out again what it left out, so a backend resending its whole history keeps the
+provider's cached prefix; `cache_stable: false` turns it off; PreviewContext reads it too and
+writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import contextshift
+
+from .conftest import ServerProcess
+
+
+def chat(turns: int) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = [{"id": "sys", "role": "system", "content": "Be brief."}]
+    for n in range(turns):
+        blocks.append({"id": f"u{n}", "role": "user", "content": f"question {n} " + "word " * 20})
+        blocks.append({"id": f"a{n}", "role": "assistant", "content": f"answer {n} " + "word " * 30})
+    return blocks
+
+
+def test_the_chats_last_audit_keeps_the_cut(server: ServerProcess) -> None:
+    options = {"target_ratio": 0.8}
+    with contextshift.Client(server.address) as client:
+        first = client.shift_context(chat(20), budget=1000, chat_id="stable-chat", options=options)
+        assert first.excluded and [d.event for d in first.diagnostics] == []
+        following = chat(21)
+        previewed = client.preview_context(following, budget=1000, chat_id="stable-chat", options=options)
+        shifted = client.shift_context(following, budget=1000, chat_id="stable-chat", options=options)
+        plain = client.shift_context(
+            following, budget=1000, chat_id="other-chat", options={**options, "cache_stable": False}
+        )
+    # The next turn starts with the same prompt; a stateless shift would cut more of the front.
+    assert [d.id for d in shifted.kept][: len(first.kept)] == [d.id for d in first.kept]
+    assert [d.event for d in shifted.diagnostics] == ["CACHE_STABLE"]
+    assert previewed.kept == shifted.kept and previewed.excluded == shifted.excluded
+    assert [d.id for d in plain.kept][: len(first.kept)] != [d.id for d in first.kept]
+    assert plain.diagnostics == []
