@@ -1,7 +1,9 @@
 """Benchmark suite: `make benchmark` (or `python benchmarks/run.py [--quick]`).
 
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
-bpe-openai, splintr-rs) and the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo).
+bpe-openai, splintr-rs), the blocks_json readers (benchmarks/rust, json-readers: contextshift's reader vs
+serde_json, sonic-rs, simd-json) and the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext
+vs echo).
 
 Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
 through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
@@ -16,6 +18,7 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -96,6 +99,14 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return findings
 
 
+def json_readers(quick: bool, out: Path) -> None:
+    """The Rust-side benchmark of blocks_json readers (benchmarks/rust/src/json_readers.rs)."""
+    command = ["cargo", "run", "--release", "--quiet", "-p", "contextshift-benches", "--bin", "json-readers"]
+    subprocess.run(
+        [*command, "--", "--json", str(out), *(["--quick"] if quick else [])], cwd=ROOT, check=True
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, one repeat")
@@ -110,6 +121,8 @@ def main() -> int:
     (out / "shift.json").write_text(json.dumps({"rows": rows, "findings": findings}, indent=2))
     print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
+    print()
+    json_readers(args.quick, out / "json_readers.json")
     print()
     return grpc_bench.main(args.quick)
 

@@ -72,3 +72,11 @@ def test_count_prints_per_block_counts() -> None:
     proc = run("count", "--text", "abcde")
     assert proc.returncode == 0
     assert "total 2 tokens, profile heuristic" in proc.stdout
+
+
+def test_a_file_with_a_repeated_key_is_refused(tmp_path: Path) -> None:
+    conversation = tmp_path / "chat.json"
+    conversation.write_text('[{"role": "user", "role": "assistant", "content": "x"}]')
+    proc = run("preview", str(conversation), "--budget", "300")
+    assert proc.returncode == 1
+    assert "duplicate key 'role' in a JSON object" in proc.stderr

@@ -24,10 +24,24 @@ from contextshift.profiles import list_profiles
 from contextshift.shift import ShiftResult, shift_context
 
 
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (`json` would keep the last of a repeated key,
+    where a provider's parser may read the other value)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r} in a JSON object")
+        seen[key] = value
+    return seen
+
+
 def load_blocks(path: Path) -> list[Any]:
     """A JSON list of blocks, or a request body holding one: `blocks`, `messages` (OpenAI chat,
     Anthropic, whose top-level `system` string becomes a system block) or `input` (Responses)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_refuse_repeated_keys)
+    except ValueError as e:  # also json.JSONDecodeError
+        raise SystemExit(f"{path}: {e}") from e
     if isinstance(data, list):
         return data
     if isinstance(data, dict):

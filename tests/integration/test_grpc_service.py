@@ -586,6 +586,25 @@ def test_malformed_json_is_invalid_argument(channel: grpc.Channel) -> None:
     assert list(violations(caught.value)) == ["blocks_json"]
 
 
+@pytest.mark.parametrize(
+    ("blocks_json", "field", "description"),
+    [
+        (r'[{"role":"user","content":"a\ud83db"}]', "blocks_json", "unpaired UTF-16 surrogate"),
+        ('[{"role":"user","content":"x","relevance":1e999}]', "blocks_json", "number out of range"),
+        ('[{"role":"user","role":"assistant","content":"x"}]', "blocks[0].role", 'duplicate key "role"'),
+    ],
+)
+def test_json_text_errors_name_what_and_where(
+    channel: grpc.Channel, blocks_json: str, field: str, description: str
+) -> None:
+    """The cases of issue #12 that the reader once answered wrongly, over the wire."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks_json=blocks_json), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    found = violations(caught.value)
+    assert list(found) == [field] and description in found[field], found
+
+
 def raw_shift(channel: grpc.Channel, encoded: bytes) -> pb.ShiftContextResponse:
     """ShiftContext with a request encoded by hand (bytes a protobuf library would not write)."""
     call = channel.unary_unary(
