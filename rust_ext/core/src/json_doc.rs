@@ -533,7 +533,12 @@ impl Reader<'_> {
         let start = self.pos;
         self.pos += usize::from(self.bytes[self.pos] == b'-');
         match self.bytes.get(self.pos) {
-            Some(b'0') => self.pos += 1,
+            Some(b'0') => {
+                self.pos += 1;
+                if self.bytes.get(self.pos).is_some_and(u8::is_ascii_digit) {
+                    return self.fail("invalid number: a leading zero");
+                }
+            }
             Some(b'1'..=b'9') => {
                 self.digits();
             }
@@ -652,8 +657,9 @@ impl Reader<'_> {
                     return char::from_u32(high);
                 }
                 if !self.bytes[self.pos..].starts_with(b"\\u") {
-                    // At the end of the text the pair may have been cut off.
-                    let class = if self.bytes.len() - self.pos < 2 { ErrorClass::Eof } else { ErrorClass::Syntax };
+                    // The text may end where the pair's second half would begin.
+                    let cut_off = matches!(&self.bytes[self.pos..], [] | [b'\\']);
+                    let class = if cut_off { ErrorClass::Eof } else { ErrorClass::Syntax };
                     return self.fail_at(escape, class, UNPAIRED);
                 }
                 self.pos += 2;
@@ -886,6 +892,25 @@ mod tests {
         for text in texts {
             check_against_serde_json(text);
         }
+    }
+
+    /// Found by the fuzz target json_reader: after a leading zero a digit is an invalid number
+    /// (serde_json: a syntax error), not the end of a number, and so not "it is a number".
+    #[test]
+    fn fuzz_leading_zero_then_digit_is_a_syntax_error() {
+        check_against_serde_json("0922337203.719551,]");
+        let error = |text| read_blocks(text).err().expect("refused");
+        assert_eq!(error("09").to_string(), "invalid number: a leading zero at line 1 column 2");
+        assert_eq!(error("[01]").class, ErrorClass::Syntax);
+    }
+
+    /// Found by the fuzz target json_reader: a surrogate escape followed by one byte other than a
+    /// backslash, at the end of the text, is an unpaired surrogate (a syntax error), not a cut-off.
+    #[test]
+    fn fuzz_unpaired_surrogate_before_the_last_byte() {
+        check_against_serde_json("\"assistad8d8:=h\\ud83d]");
+        check_against_serde_json("[\"\\ud83d\\");
+        check_against_serde_json("[\"\\ud83d");
     }
 
     #[test]

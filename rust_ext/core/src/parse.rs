@@ -149,7 +149,7 @@ pub struct Violation {
 }
 
 /// A block cut by the char cap: the block as it was, and its message with the cut text in place.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CharCut {
     pub index: usize,
     pub original: Block,
