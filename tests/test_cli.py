@@ -80,3 +80,14 @@ def test_a_file_with_a_repeated_key_is_refused(tmp_path: Path) -> None:
     proc = run("preview", str(conversation), "--budget", "300")
     assert proc.returncode == 1
     assert "duplicate key 'role' in a JSON object" in proc.stderr
+
+
+def test_preview_takes_the_tool_definitions(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"name": "get_order", "input_schema": {"type": "object"}}]))
+    proc = run("preview", str(EXAMPLE), "--budget", "300", "--tools", str(tools), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tools_tokens"] > 0
+    tools.write_text('[{"input_schema": {}}]')
+    proc = run("preview", str(EXAMPLE), "--budget", "300", "--tools", str(tools))
+    assert proc.returncode == 2 and "error: tools[0].name: missing" in proc.stderr

@@ -8,9 +8,10 @@
 mod convert;
 
 use contextshift_core::cache::{self, CacheStats};
-use contextshift_core::count::batch;
+use contextshift_core::count::{batch, tools_tokens};
 use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
+use contextshift_core::tools::{parse_json_tools, parse_tools};
 use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
@@ -28,6 +29,7 @@ use std::sync::Arc;
 
 pyo3::import_exception!(contextshift.errors, InvalidBlocks);
 pyo3::import_exception!(contextshift.errors, InvalidOptions);
+pyo3::import_exception!(contextshift.errors, InvalidTools);
 pyo3::import_exception!(contextshift.errors, TokenBudgetExceeded);
 pyo3::import_exception!(contextshift.errors, InternalError);
 
@@ -49,8 +51,23 @@ fn not_a_list(name: &str, description: String) -> PyErr {
 }
 
 fn invalid_blocks(violations: Vec<Violation>) -> PyErr {
-    let pairs: Vec<(String, String)> = violations.into_iter().map(|v| (v.field, v.description)).collect();
-    InvalidBlocks::new_err((pairs,))
+    InvalidBlocks::new_err((field_pairs(violations),))
+}
+
+fn field_pairs(violations: Vec<Violation>) -> Vec<(String, String)> {
+    violations.into_iter().map(|v| (v.field, v.description)).collect()
+}
+
+/// JSON text given as `str` or UTF-8 `bytes` (None for anything else), or what is wrong with it.
+fn json_text(text: &Bound<'_, PyAny>) -> Result<Option<String>, String> {
+    if let Ok(s) = text.cast::<PyString>() {
+        Ok(Some(s.to_str().map_err(|e| format!("not Unicode text: {e}"))?.to_owned()))
+    } else if let Ok(b) = text.cast::<PyBytes>() {
+        let text = simdutf8::compat::from_utf8(b.as_bytes()).map_err(|e| format!("not UTF-8: {e}"))?;
+        Ok(Some(text.to_owned()))
+    } else {
+        Ok(None)
+    }
 }
 
 /// The profile `name` (loaded on first use, without the GIL: a vocabulary or a tokenizer.json
@@ -307,15 +324,9 @@ impl Conversation {
     #[staticmethod]
     fn from_json(py: Python<'_>, text: &Bound<'_, PyAny>, max_block_chars: usize) -> PyResult<Self> {
         guarded(|| {
-            let text: String = if let Ok(s) = text.cast::<PyString>() {
-                s.to_str()?.to_owned()
-            } else if let Ok(b) = text.cast::<PyBytes>() {
-                simdutf8::compat::from_utf8(b.as_bytes())
-                    .map_err(|e| not_a_list("blocks_json", format!("not UTF-8: {e}")))?
-                    .to_owned()
-            } else {
-                return Err(not_a_list("blocks_json", "must be str or bytes".to_owned()));
-            };
+            let text = json_text(text)
+                .and_then(|text| text.ok_or_else(|| "must be str or bytes".to_owned()))
+                .map_err(|e| not_a_list("blocks_json", e))?;
             py.detach(|| {
                 let parsed = parse_json_blocks(&text, max_block_chars, "blocks_json")?;
                 let conv = parsed.conversation;
@@ -521,6 +532,22 @@ fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyRes
     })
 }
 
+/// Tokens the tool definitions `tools` (JSON text, or a list of dicts) take under `profile`, by
+/// its tool rule; errors (`InvalidTools`) name fields from `field` (`tools_json[2].function.name`).
+#[pyfunction]
+fn count_tools(py: Python<'_>, tools: &Bound<'_, PyAny>, profile: &str, field: &str) -> PyResult<u64> {
+    guarded(|| {
+        let profile = profile_named(py, profile)?;
+        let invalid = |description| InvalidTools::new_err((vec![(field.to_owned(), description)],));
+        let parsed = match json_text(tools).map_err(invalid)? {
+            Some(text) => py.detach(|| parse_json_tools(&text, field)),
+            None => parse_tools(&convert::sequence(tools).map_err(invalid)?, field),
+        };
+        let tools = parsed.map_err(|violations| InvalidTools::new_err((field_pairs(violations),)))?;
+        Ok(py.detach(|| tools_tokens(&profile, &tools)))
+    })
+}
+
 /// A profile as listings show it: what it is, how exact, where its vocabulary and overheads come
 /// from, and under which licence.
 #[pyclass(frozen, get_all, module = "contextshift._core")]
@@ -652,6 +679,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Plan>()?;
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
+    m.add_function(wrap_pyfunction!(count_tools, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pieces, m)?)?;
     m.add_class::<ProfileDescription>()?;

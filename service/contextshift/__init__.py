@@ -22,6 +22,7 @@ from contextshift.errors import (
     InvalidBlocks,
     InvalidInput,
     InvalidOptions,
+    InvalidTools,
     TokenBudgetExceeded,
 )
 from contextshift.profiles import resolve_request
@@ -41,6 +42,7 @@ __all__ = [
     "InvalidBlocks",
     "InvalidInput",
     "InvalidOptions",
+    "InvalidTools",
     "ShiftResult",
     "TokenBudgetExceeded",
     "Truncation",

@@ -98,6 +98,7 @@ def render_table(blocks: Sequence[Any], result: ShiftResult) -> str:
     lines.append(
         f"{len(result.kept)} kept, {len(result.excluded)} excluded, {len(result.truncated)} truncated; "
         f"prompt {result.prompt_tokens} of {result.budget} tokens, profile {result.profile}{approx}"
+        + (f"; tool definitions {result.tools_tokens}" if result.tools_tokens else "")
     )
     lines.extend(f"warning: {w}" for w in result.warnings)
     return "\n".join(lines)
@@ -111,7 +112,10 @@ def _budget(args: argparse.Namespace) -> int | Budget:
 
 def _preview(args: argparse.Namespace) -> int:
     blocks = load_blocks(args.file)
-    result = shift_context(blocks, budget=_budget(args), profile=args.profile, strategy=args.strategy)
+    tools = args.tools.read_bytes() if args.tools else None  # JSON text, read by the core
+    result = shift_context(
+        blocks, budget=_budget(args), profile=args.profile, strategy=args.strategy, tools=tools
+    )
     if args.json:
         print(json.dumps(_result_json(result), ensure_ascii=False, indent=2))
     else:
@@ -125,6 +129,7 @@ def _result_json(result: ShiftResult) -> dict[str, Any]:
         "excluded": [_decision_json(d) for d in result.excluded],
         "truncated": [dataclasses.asdict(t) for t in result.truncated],
         "prompt_tokens": result.prompt_tokens,
+        "tools_tokens": result.tools_tokens,
         "budget": result.budget,
         "profile": result.profile,
         "approximate": result.approximate,
@@ -177,6 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     preview.add_argument("--system-reserve", type=int, default=0)
     preview.add_argument("--profile", default="heuristic", choices=profile_names)
     preview.add_argument("--strategy", default="truncate")
+    preview.add_argument(
+        "--tools", type=Path, help="a JSON array of the tool definitions the prompt is sent with"
+    )
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
     preview.set_defaults(run=_preview)
 

@@ -63,6 +63,9 @@ class ShiftResult:
     calibrated_prompt_tokens: int | None = field(default=None, kw_only=True)
     # What the strategy host, plugins and interceptors did (fallbacks, rejections, ...).
     diagnostics: list[Diagnostic] = field(default_factory=list, kw_only=True)
+    # Tokens of the tool definitions sent with the prompt (raw), taken from the budget before the
+    # shift: `prompt_tokens + tools_tokens` is what fits `budget`.
+    tools_tokens: int = field(default=0, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -134,12 +137,15 @@ def shift_context(
     strategy: str = "truncate",
     options: Mapping[str, Any] | None = None,
     model: str | None = None,
+    tools: Sequence[Mapping[str, Any]] | str | bytes | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
     `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
-    also selects the calibration of an approximate profile. Raises `InvalidBlocks`,
-    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
+    also selects the calibration of an approximate profile. `tools` are the tool definitions the
+    prompt goes out with (OpenAI Chat or Responses, Anthropic; dicts or JSON text): counted by the
+    profile's tool rule and taken from the budget first. Raises `InvalidBlocks`, `InvalidTools`,
+    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks (and tools) do not fit."""
     opts = ShiftOptions.from_mapping(options)
     resolved = resolve_budget(budget)
     run_strategy = strategy_named(strategy)
@@ -148,6 +154,9 @@ def shift_context(
     # leaves for them, so the calibrated prompt fits the real budget.
     factor = calibration.DEFAULT.factor(resolution.model) if resolution.approximate else 1.0
     raw_budget = calibration.raw_budget(resolved.tokens, factor)
+    # Tool definitions go out with any prompt: the blocks get what they leave.
+    tools_tokens = 0 if tools is None else engine.count_tools(tools, resolution.profile, "tools")
+    blocks_budget = max(0, raw_budget - tools_tokens)
 
     # 1-2. Parse and cut over-long blocks.
     if isinstance(blocks, str | bytes):
@@ -156,20 +165,27 @@ def shift_context(
         conversation = engine.Conversation(blocks, opts.max_block_chars)
     counts = conversation.count(resolution.profile)
     # 3. Pinned cap.
-    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
+    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * blocks_budget)
+
     # 4-5. Orphans, the strategy, the leading-assistant repair.
+    def over_budget(protected_tokens: int) -> TokenBudgetExceeded:
+        """In the caller's units: calibrated tokens against the real budget, tools apart."""
+        tools = calibration.calibrated(tools_tokens, factor)
+        return TokenBudgetExceeded(calibration.calibrated(protected_tokens, factor), resolved.tokens, tools)
+
     try:
-        plan = run_strategy(StrategyInput(conversation, counts, raw_budget, unpinned, opts))
+        plan = run_strategy(StrategyInput(conversation, counts, blocks_budget, unpinned, opts))
     except TokenBudgetExceeded as e:
-        if factor == 1.0:
+        if factor == 1.0 and not tools_tokens:
             raise
-        # Report in the caller's units: calibrated tokens against the real budget.
-        raise TokenBudgetExceeded(calibration.calibrated(e.protected_tokens, factor), resolved.tokens) from e
+        raise over_budget(e.protected_tokens) from e
+    if tools_tokens > raw_budget:  # the plan (for a budget of 0) kept only what is protected
+        raise over_budget(plan.total)
     # 6. Independent recount of what is sent.
     prompt_tokens = conversation.recount(resolution.profile, plan.kept)
-    if prompt_tokens != plan.total or prompt_tokens > raw_budget:
+    if prompt_tokens != plan.total or prompt_tokens > blocks_budget:
         raise InternalError(
-            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {raw_budget}"
+            f"recount gave {prompt_tokens} tokens, the plan {plan.total}, budget {blocks_budget} for blocks"
         )
 
     cuts = conversation.cuts(resolution.profile)
@@ -186,6 +202,7 @@ def shift_context(
         model=resolution.model,
         calibration_factor=factor,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, factor),
+        tools_tokens=tools_tokens,
         decisions=plan,
         kept_messages=KeptMessages(blocks, conversation, plan.kept, cut_messages),
     )

@@ -517,8 +517,62 @@ def test_token_budget_exceeded_is_failed_precondition_with_error_info(channel: g
     code, (info,) = details(caught.value)
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert (info.reason, info.domain) == ("TOKEN_BUDGET_EXCEEDED", "contextshift.v1")
-    assert dict(info.metadata) == {"protected_tokens": info.metadata["protected_tokens"], "budget": "20"}
+    assert dict(info.metadata) == {
+        "protected_tokens": info.metadata["protected_tokens"],
+        "budget": "20",
+        "tools_tokens": "0",
+    }
     assert int(info.metadata["protected_tokens"]) > 20
+
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+        },
+    }
+]
+
+
+def test_tools_json_is_counted_and_taken_from_the_budget(channel: grpc.Channel) -> None:
+    blocks = [{"role": "user", "content": "old " * 170}, {"role": "user", "content": "Weather in Oslo?"}]
+    common = {"blocks_json": json.dumps(blocks), "profile": "o200k_base", "context_limit": 200}
+    without = stub(channel).PreviewContext(pb.PreviewContextRequest(**common, response_reserve=0), timeout=10)
+    assert without.plan.tools_tokens == 0 and not without.plan.excluded
+    request = pb.ShiftContextRequest(**common, response_reserve=0, tools_json=json.dumps(WEATHER_TOOLS))
+    plan = stub(channel).ShiftContext(request, timeout=10).plan
+    library = contextshift.shift_context(blocks, budget=200, profile="o200k_base", tools=WEATHER_TOOLS)
+    assert plan.tools_tokens == library.tools_tokens > 0
+    assert [d.id for d in plan.excluded] == ["#0"]  # the tools left no room for the old message
+    assert plan.prompt_tokens + plan.tools_tokens <= plan.budget
+    # Too small for the tools and the protected input: the numbers, the tools apart.
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(
+            pb.ShiftContextRequest(**{**common, "context_limit": 40}, tools_json=json.dumps(WEATHER_TOOLS)),
+            timeout=10,
+        )
+    code, (info,) = details(caught.value)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.metadata["tools_tokens"] == str(library.tools_tokens)
+    with pytest.raises(contextshift.TokenBudgetExceeded) as raised:
+        contextshift.Client(channel=channel).shift_context(
+            blocks, budget=20, profile="o200k_base", tools=WEATHER_TOOLS
+        )
+    assert raised.value.tools_tokens == library.tools_tokens
+
+
+def test_bad_tools_json_names_the_field(channel: grpc.Channel) -> None:
+    tools = [WEATHER_TOOLS[0], {"type": "function", "function": {"description": "no name"}}]
+    request = pb.ShiftContextRequest(blocks=TYPED, tools_json=json.dumps(tools))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(request, timeout=10)
+    assert list(violations(caught.value)) == ["tools_json[1].function.name"]
+    with pytest.raises(contextshift.InvalidTools) as raised:
+        contextshift.Client(channel=channel).shift_context(AS_JSON, budget=1000, tools=tools)
+    assert [v.field for v in raised.value.violations] == ["tools_json[1].function.name"]
 
 
 def test_bad_json_blocks_name_index_and_field(channel: grpc.Channel) -> None:

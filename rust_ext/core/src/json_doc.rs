@@ -73,8 +73,8 @@ impl Tape<'_> {
 /// The value at one index of a tape.
 #[derive(Clone, Copy)]
 pub struct TapeNode<'t, 'a> {
-    tape: &'t Tape<'a>,
-    at: usize,
+    pub(crate) tape: &'t Tape<'a>,
+    pub(crate) at: usize,
 }
 
 impl TapeNode<'_, '_> {
@@ -211,8 +211,8 @@ pub fn parse_json_blocks(text: &str, max_block_chars: usize, field: &str) -> Res
     }
 }
 
-/// Each repeated key as a violation on its place in its block.
-fn repeated_keys(nodes: &[TapeNode], repeated: &[(usize, String)], list_name: &str) -> Vec<Violation> {
+/// Each repeated key as a violation on its place in its element.
+pub fn repeated_keys(nodes: &[TapeNode], repeated: &[(usize, String)], list_name: &str) -> Vec<Violation> {
     repeated
         .iter()
         .map(|(object, key)| {
@@ -231,9 +231,7 @@ fn repeated_keys(nodes: &[TapeNode], repeated: &[(usize, String)], list_name: &s
             Violation {
                 index,
                 field,
-                description: format!(
-                    "duplicate key {key:?}: a provider may read either value, so the block is refused"
-                ),
+                description: format!("duplicate key {key:?}: a provider may read either value, so it is refused"),
             }
         })
         .collect()
@@ -281,9 +279,16 @@ impl fmt::Display for ReadError {
     }
 }
 
-/// Reads a top-level JSON array (RFC 8259, strictly) onto a tape, with each element's span.
+/// Reads a top-level JSON array of blocks (RFC 8259, strictly) onto a tape, with each block's span.
 pub fn read_blocks(text: &str) -> Result<Document<'_>, ReadError> {
+    read_array(text, "block")
+}
+
+/// Reads a top-level JSON array onto a tape, with each element's span; errors call an element
+/// `element` ("block", "tool").
+pub fn read_array<'a>(text: &'a str, element: &'static str) -> Result<Document<'a>, ReadError> {
     let mut reader = Reader {
+        element,
         text,
         bytes: text.as_bytes(),
         pos: 0,
@@ -312,6 +317,8 @@ pub fn read_blocks(text: &str) -> Result<Document<'_>, ReadError> {
 /// A strict JSON reader (RFC 8259) over valid UTF-8 text, writing a tape. It stops at the first
 /// error, recording what and where.
 struct Reader<'a> {
+    /// What the array holds, for error messages.
+    element: &'static str,
     text: &'a str,
     bytes: &'a [u8],
     pos: usize,
@@ -340,9 +347,9 @@ impl Reader<'_> {
     }
 
     /// An error at the reading position: the text ended (`Eof`) or holds something else there.
-    fn fail<T>(&mut self, what: &'static str) -> Option<T> {
+    fn fail<T>(&mut self, what: impl Into<Cow<'static, str>>) -> Option<T> {
         let class = if self.pos >= self.bytes.len() { ErrorClass::Eof } else { ErrorClass::Syntax };
-        let what = if class == ErrorClass::Eof { "the text ends early" } else { what };
+        let what = if class == ErrorClass::Eof { "the text ends early".into() } else { what.into() };
         self.fail_at(self.pos.min(self.bytes.len()), class, what)
     }
 
@@ -377,13 +384,13 @@ impl Reader<'_> {
                     break;
                 }
                 if !self.eat(b',') {
-                    return self.fail("expected `,` or `]` after a block");
+                    return self.fail(format!("expected `,` or `]` after a {}", self.element));
                 }
             }
         }
         self.skip_whitespace();
         if self.pos != self.bytes.len() {
-            return self.fail("trailing characters after the array of blocks");
+            return self.fail(format!("trailing characters after the array of {}s", self.element));
         }
         Some((elements, spans))
     }
@@ -397,7 +404,7 @@ impl Reader<'_> {
             Some(b't' | b'f') => "a boolean",
             Some(b'n') => "null",
             Some(b'-' | b'0'..=b'9') => "a number",
-            _ => return self.fail("expected a JSON array of blocks"),
+            _ => return self.fail(format!("expected a JSON array of {}s", self.element)),
         };
         // A scalar must itself be well-formed before its type can be the problem (an object is
         // the wrong type from its first byte).
@@ -416,7 +423,7 @@ impl Reader<'_> {
                 self.string()
             }
             Some(b'{' | b'[') if depth == MAX_DEPTH => {
-                let what = format!("a block is nested deeper than {MAX_DEPTH} levels");
+                let what = format!("a {} is nested deeper than {MAX_DEPTH} levels", self.element);
                 self.fail_at(self.pos, ErrorClass::Syntax, what)
             }
             Some(b'{') => self.object(depth),

@@ -19,6 +19,7 @@ pub mod parse;
 pub mod plan;
 #[cfg(feature = "counting")]
 pub mod profile;
+pub mod tools;
 pub mod wire;
 
 pub use block::{Block, Image, Kind, Role, ToolCall};

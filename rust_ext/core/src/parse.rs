@@ -292,6 +292,7 @@ macro_rules! read_fields {
         });
     };
 }
+pub(crate) use read_fields;
 
 /// The id a block that failed to parse would have had: given (a non-empty string) or `#<index>`.
 fn readable_id<N: Node>(node: &N, index: usize) -> Option<String> {

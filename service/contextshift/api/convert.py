@@ -23,7 +23,7 @@ from contextshift import engine
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
 from contextshift.api.errors import invalid
-from contextshift.errors import FieldViolation, InternalError, InvalidInput
+from contextshift.errors import FieldViolation, InternalError, InvalidInput, InvalidTools
 from contextshift.options import ShiftOptions
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
@@ -267,6 +267,7 @@ def encode_plan(
             context_service_pb2.Diagnostic(source=d.source, event=d.event, detail=d.detail, tokens=d.tokens)
             for d in result.diagnostics
         ],
+        tools_tokens=result.tools_tokens,
     )
     numbers = context_service_pb2.ContextPlan
     decisions = decided.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
@@ -318,7 +319,10 @@ def shift(request: R, blocks_json: bytes, defaults: BudgetDefaults) -> Shifted[R
             strategy=request.strategy or DEFAULT_STRATEGY,
             options=_options(request.options) if request.HasField("options") else None,
             model=resolution.model,  # the calibration key of an approximate profile
+            tools=request.tools_json or None,
         )
+    except InvalidTools as e:
+        raise _renamed(e, lambda field: re.sub(r"^tools\b", "tools_json", field)) from e
     except InvalidInput as e:
         if request.blocks:
             raise _renamed(e, typed_field) from e

@@ -65,7 +65,11 @@ def status_for(error: Exception) -> grpc.Status | None:
         info = error_details_pb2.ErrorInfo(
             reason=error.code,
             domain=DOMAIN,
-            metadata={"protected_tokens": str(error.protected_tokens), "budget": str(error.budget)},
+            metadata={
+                "protected_tokens": str(error.protected_tokens),
+                "budget": str(error.budget),
+                "tools_tokens": str(error.tools_tokens),
+            },
         )
         return _status(grpc.StatusCode.FAILED_PRECONDITION, str(error), _pack(info))
     if isinstance(error, InvalidInput):

@@ -6,7 +6,8 @@ block.
 
 Errors are google.rpc.Status with details:
 - FAILED_PRECONDITION + google.rpc.ErrorInfo(reason "TOKEN_BUDGET_EXCEEDED", domain
-  "contextshift.v1", metadata "protected_tokens" and "budget"): protected blocks alone do not fit.
+  "contextshift.v1", metadata "protected_tokens", "tools_tokens" and "budget"): protected blocks
+  (with the tool definitions) do not fit.
 - INVALID_ARGUMENT + google.rpc.BadRequest: field violations naming the field, e.g.
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
@@ -142,6 +143,7 @@ class ShiftContextRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
+    TOOLS_JSON_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """The conversation as the caller's own JSON array (OpenAI Chat Completions or Responses,
     Anthropic Messages, Vercel AI SDK, or contextshift block objects), parsed by the engine.
@@ -176,6 +178,13 @@ class ShiftContextRequest(_message.Message):
     """The strategy, e.g. "truncate" (the default when empty)."""
     output_format: Global___OutputFormat.ValueType
     """The format of `plan.messages`."""
+    tools_json: _builtins.str
+    """The tool definitions the prompt will be sent with, as a JSON array: OpenAI Chat Completions
+    (`{"type": "function", "function": {...}}`), OpenAI Responses (`{"type": "function", "name",
+    ...}` and built-in tools) or Anthropic (`{"name", "input_schema"}` and server tools). Counted
+    with the profile's tool rule (ContextPlan.tools_tokens) and taken from the budget before the
+    shift. Errors name the field, e.g. "tools_json[2].function.name".
+    """
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """The conversation as typed blocks, oldest first. Set either `blocks` or `blocks_json`."""
@@ -202,10 +211,11 @@ class ShiftContextRequest(_message.Message):
         strategy: _builtins.str = ...,
         options: _struct_pb2.Struct | None = ...,
         output_format: Global___OutputFormat.ValueType = ...,
+        tools_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -268,6 +278,7 @@ class PreviewContextRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     OPTIONS_FIELD_NUMBER: _builtins.int
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
+    TOOLS_JSON_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """See ShiftContextRequest.blocks_json."""
     chat_id: _builtins.str
@@ -288,6 +299,8 @@ class PreviewContextRequest(_message.Message):
     """See ShiftContextRequest.strategy."""
     output_format: Global___OutputFormat.ValueType
     """See ShiftContextRequest.output_format."""
+    tools_json: _builtins.str
+    """See ShiftContextRequest.tools_json."""
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """See ShiftContextRequest.blocks."""
@@ -311,10 +324,11 @@ class PreviewContextRequest(_message.Message):
         strategy: _builtins.str = ...,
         options: _struct_pb2.Struct | None = ...,
         output_format: Global___OutputFormat.ValueType = ...,
+        tools_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -377,6 +391,7 @@ class ContextPlan(_message.Message):
     CALIBRATION_FACTOR_FIELD_NUMBER: _builtins.int
     CALIBRATED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
     DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+    TOOLS_TOKENS_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -404,6 +419,11 @@ class ContextPlan(_message.Message):
     """`prompt_tokens` times `calibration_factor`, rounded up: the estimate of what the provider will
     count, and what was fitted into `budget` (never over it). Equals `prompt_tokens` when
     `calibration_factor` is 1.0. Block `tokens` stay raw.
+    """
+    tools_tokens: _builtins.int
+    """Tokens of the request's tool definitions (`tools_json`) under the profile's tool rule (raw,
+    before calibration), taken from `budget` before the shift: `prompt_tokens + tools_tokens` is
+    what was fitted. 0 without tools.
     """
     @_builtins.property
     def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockDecision]:
@@ -454,10 +474,11 @@ class ContextPlan(_message.Message):
         calibration_factor: _builtins.float = ...,
         calibrated_prompt_tokens: _builtins.int = ...,
         diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+        tools_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "messages", b"messages"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "response_reserve", b"response_reserve", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

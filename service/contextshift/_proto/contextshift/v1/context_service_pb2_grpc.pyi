@@ -6,7 +6,8 @@ block.
 
 Errors are google.rpc.Status with details:
 - FAILED_PRECONDITION + google.rpc.ErrorInfo(reason "TOKEN_BUDGET_EXCEEDED", domain
-  "contextshift.v1", metadata "protected_tokens" and "budget"): protected blocks alone do not fit.
+  "contextshift.v1", metadata "protected_tokens", "tools_tokens" and "budget"): protected blocks
+  (with the tool definitions) do not fit.
 - INVALID_ARGUMENT + google.rpc.BadRequest: field violations naming the field, e.g.
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
