@@ -91,3 +91,21 @@ def test_preview_takes_the_tool_definitions(tmp_path: Path) -> None:
     tools.write_text('[{"input_schema": {}}]')
     proc = run("preview", str(EXAMPLE), "--budget", "300", "--tools", str(tools))
     assert proc.returncode == 2 and "error: tools[0].name: missing" in proc.stderr
+
+
+def test_bench_profiles_runs_on_the_shipped_corpus_and_on_stdin() -> None:
+    proc = run("bench-profiles", "--profiles", "heuristic", "o200k_base")
+    assert proc.returncode == 0, proc.stderr
+    assert "heuristic" in proc.stdout and "o200k_base" in proc.stdout and "total drift" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "contextshift", "bench-profiles", "-", "--profiles", "cl100k_base", "--json"],
+        input=EXAMPLE.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["documents"] == 1 and report["messages"] == 13
+    assert [t["profile"] for t in report["throughput"]] == ["cl100k_base"]

@@ -8,7 +8,7 @@
 mod convert;
 
 use contextshift_core::cache::{self, CacheStats};
-use contextshift_core::count::{batch, tools_tokens};
+use contextshift_core::count::{batch, count_texts_fresh, tools_tokens};
 use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::tools::{parse_json_tools, parse_tools};
@@ -548,6 +548,25 @@ fn count_tools(py: Python<'_>, tools: &Bound<'_, PyAny>, profile: &str, field: &
     })
 }
 
+/// Text tokens of each text counted afresh (no count cache), on the calling thread or as a batch
+/// (across cores once large enough), without the GIL: what a throughput measurement times.
+#[pyfunction]
+fn count_texts_uncached(py: Python<'_>, texts: &Bound<'_, PyAny>, profile: &str, as_batch: bool) -> PyResult<Vec<u64>> {
+    guarded(|| {
+        let profile = profile_named(py, profile)?;
+        let nodes = convert::sequence(texts).map_err(|e| not_a_list("texts", e))?;
+        let texts = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| match node.shape() {
+                Shape::Str(text) => Ok(text),
+                other => Err(not_a_list(&format!("texts[{i}]"), format!("must be a str, got {}", other.type_name()))),
+            })
+            .collect::<PyResult<Vec<&str>>>()?;
+        Ok(py.detach(|| count_texts_fresh(&profile, &texts, as_batch)))
+    })
+}
+
 /// A profile as listings show it: what it is, how exact, where its vocabulary and overheads come
 /// from, and under which licence.
 #[pyclass(frozen, get_all, module = "contextshift._core")]
@@ -680,6 +699,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BlockDecision>()?;
     m.add_function(wrap_pyfunction!(count_items, m)?)?;
     m.add_function(wrap_pyfunction!(count_tools, m)?)?;
+    m.add_function(wrap_pyfunction!(count_texts_uncached, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pieces, m)?)?;
     m.add_class::<ProfileDescription>()?;

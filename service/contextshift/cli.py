@@ -3,6 +3,7 @@
 contextshift serve --port 50051
 contextshift preview examples/support-chat.json --context-limit 8000 --response-reserve 2000
 contextshift count examples/support-chat.json
+contextshift bench-profiles [FILES... | -] [--profiles heuristic o200k_base] [--json]
 """
 
 from __future__ import annotations
@@ -152,6 +153,63 @@ def _count(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_profiles(args: argparse.Namespace) -> int:
+    from contextshift import profile_bench
+
+    if not args.files:
+        data = profile_bench.sample_corpus()
+    else:
+        documents = (
+            ("-", sys.stdin.buffer.read()) if str(path) == "-" else (str(path), path.read_bytes())
+            for path in args.files
+        )
+        data = profile_bench.corpus(documents)
+    report = profile_bench.run(data, args.profiles)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_bench_report(report)
+    return 0
+
+
+def _print_bench_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    speed = Table(
+        title=f"Counting throughput: {report.messages} messages, {report.bytes / 1000:.1f} kB "
+        f"from {report.documents} documents (count cache bypassed)"
+    )
+    for column in ("profile", "approximate", "tokens", "1 thread MB/s", "batch MB/s"):
+        speed.add_column(column, justify="left" if column == "profile" else "right")
+    for t in report.throughput:
+        approx = "yes" if t.approximate else "no"
+        speed.add_row(
+            t.profile, approx, str(t.tokens), f"{t.single_thread_mb_per_s:.1f}", f"{t.batch_mb_per_s:.1f}"
+        )
+    console.print(speed)
+    errors = Table(title="Approximate profiles against exact ones (text tokens per message)")
+    for column in ("profile", "against", "messages", "mean |error|", "p95 |error|", "total drift"):
+        errors.add_column(column, justify="left" if column in {"profile", "against"} else "right")
+    for a in report.accuracy:
+        errors.add_row(
+            a.profile,
+            a.reference,
+            str(a.messages),
+            f"{a.mean_relative_error:.1%}",
+            f"{a.p95_relative_error:.1%}",
+            f"{a.total_drift:+.1%}",
+        )
+    console.print(errors)
+    compared = {a.profile for a in report.accuracy}
+    for t in report.throughput:
+        if t.approximate and t.profile not in compared:
+            console.print(f"{t.profile}: no exact profile of its family to compare with")
+    for name, why in report.skipped.items():
+        console.print(f"skipped {name}: {why}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from contextshift.api import server  # grpc is loaded only to serve
 
@@ -194,6 +252,22 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--text")
     count.add_argument("--profile", default="heuristic", choices=profile_names)
     count.set_defaults(run=_count)
+
+    bench = sub.add_parser(
+        "bench-profiles",
+        help="measure every profile on a corpus: throughput, and each approximate profile's error",
+    )
+    bench.add_argument(
+        "files",
+        type=Path,
+        nargs="*",
+        help="chat JSON (any supported shape) or text files, - for stdin; none: the shipped sample corpus",
+    )
+    bench.add_argument(
+        "--profiles", nargs="+", help="profile or model names (default: every built-in profile)"
+    )
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.set_defaults(run=_bench_profiles)
     return parser
 
 

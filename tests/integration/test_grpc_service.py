@@ -845,3 +845,35 @@ def test_concurrent_calls_all_answered(channel: grpc.Channel) -> None:
     for t in threads:
         t.join()
     assert len(results) == 16 and len(set(results)) == 1
+
+
+def test_benchmark_profiles_on_the_callers_corpus(channel: grpc.Channel) -> None:
+    request = pb.BenchmarkProfilesRequest(
+        documents=[json.dumps(AS_JSON), "A paragraph of plain text.\n\nAnd another one."],
+        profiles=["heuristic", "gpt-4o"],
+    )
+    response = stub(channel).BenchmarkProfiles(request, timeout=60)
+    assert (response.documents, response.messages) == (2, len(AS_JSON) + 2)
+    assert [t.profile for t in response.throughput] == ["heuristic", "o200k_base"]
+    assert all(
+        t.tokens > 0 and t.single_thread_mb_per_s > 0 and t.batch_mb_per_s > 0 for t in response.throughput
+    )
+    [accuracy] = response.accuracy
+    assert (accuracy.profile, accuracy.reference) == ("heuristic", "o200k_base")
+    assert accuracy.messages > 0 and accuracy.p95_relative_error > 0
+    # No documents: the sample corpus shipped with the server.
+    sample = stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(profiles=["heuristic"]), timeout=60)
+    assert sample.documents == 4
+
+
+def test_benchmark_profiles_is_bounded_and_names_bad_fields(channel: grpc.Channel) -> None:
+    too_large = pb.BenchmarkProfilesRequest(documents=["x" * (1 << 20), "y"], profiles=["heuristic"])
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(too_large, timeout=60)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(profiles=["nope"]), timeout=60)
+    assert list(violations(caught.value)) == ["profiles[0]"]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(documents=["[]"]), timeout=60)
+    assert list(violations(caught.value)) == ["corpus"]

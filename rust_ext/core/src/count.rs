@@ -104,10 +104,15 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
     batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b))
 }
 
-/// Text tokens of each text, in order.
-#[cfg(test)]
-fn count_texts(profile: &Profile, texts: &[&str]) -> Vec<u64> {
-    batch(profile, texts, |t| t.len(), |t| profile.text_tokens(t))
+/// Text tokens of each text, in order, counted afresh (the count cache is neither read nor
+/// filled): on the calling thread, or as a batch (across the pool once it holds enough text). What
+/// a throughput measurement needs (`contextshift bench-profiles`).
+pub fn count_texts_fresh(profile: &Profile, texts: &[&str], as_batch: bool) -> Vec<u64> {
+    if as_batch {
+        batch(profile, texts, |t| t.len(), |t| profile.text_tokens_fresh(t))
+    } else {
+        texts.iter().map(|t| profile.text_tokens_fresh(t)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -224,8 +229,9 @@ mod tests {
         let texts: Vec<String> =
             (0..2000).map(|i| format!("message {i}: the quick brown fox {}", "ü".repeat(i % 7))).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let batched = count_texts(&p, &refs);
+        let batched = count_texts_fresh(&p, &refs, true);
         let serial: Vec<u64> = refs.iter().map(|t| p.text_tokens(t)).collect();
         assert_eq!(batched, serial);
+        assert_eq!(count_texts_fresh(&p, &refs, false), serial);
     }
 }

@@ -143,6 +143,15 @@ impl Profile {
         }
     }
 
+    /// `text_tokens` without the count cache: the tokenizer's own work.
+    pub fn text_tokens_fresh(&self, text: &str) -> u64 {
+        if text.is_empty() {
+            0
+        } else {
+            self.counter.count(text)
+        }
+    }
+
     pub fn image_tokens(&self, image: &Image) -> u64 {
         self.info.framing.images.tokens(image)
     }

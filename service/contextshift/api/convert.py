@@ -12,17 +12,18 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Generic, TypeVar
 
+import grpc
 from google.protobuf import json_format, struct_pb2
 from google.protobuf.message import DecodeError
 
 import contextshift
-from contextshift import engine
+from contextshift import engine, profile_bench
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import provider_messages
-from contextshift.api.errors import invalid
+from contextshift.api.errors import RequestError, invalid
 from contextshift.errors import FieldViolation, InternalError, InvalidInput, InvalidTools
 from contextshift.options import ShiftOptions
 from contextshift.profiles import Resolution, resolve_request
@@ -355,4 +356,28 @@ def count(request: context_service_pb2.CountTokensRequest) -> context_service_pb
         profile=resolution.profile,
         approximate=resolution.approximate,
         warnings=resolution.warnings,
+    )
+
+
+def benchmark_profiles(
+    request: context_service_pb2.BenchmarkProfilesRequest,
+) -> context_service_pb2.BenchmarkProfilesResponse:
+    """Run BenchmarkProfiles: the corpus (or the sample one), bounded by `profile_bench`'s limits;
+    an oversized corpus is RESOURCE_EXHAUSTED."""
+    try:
+        data = (
+            profile_bench.corpus((f"documents[{i}]", d.encode()) for i, d in enumerate(request.documents))
+            if request.documents
+            else profile_bench.sample_corpus()
+        )
+    except profile_bench.CorpusTooLarge as e:
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)) from e
+    report = profile_bench.run(data, list(request.profiles) or None)
+    return context_service_pb2.BenchmarkProfilesResponse(
+        documents=report.documents,
+        messages=report.messages,
+        bytes=report.bytes,
+        throughput=[context_service_pb2.ProfileThroughput(**asdict(t)) for t in report.throughput],
+        accuracy=[context_service_pb2.ProfileAccuracy(**asdict(a)) for a in report.accuracy],
+        skipped=report.skipped,
     )

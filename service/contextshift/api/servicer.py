@@ -258,6 +258,13 @@ class ContextShiftServicer:
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, NO_AUDIT_STORE.format(rpc="DeleteChat"))
 
+    async def BenchmarkProfiles(
+        self, request: pb.BenchmarkProfilesRequest, context: Context
+    ) -> pb.BenchmarkProfilesResponse:
+        """Profiles measured on the caller's corpus, on an engine thread (bounded in size and time
+        by `profile_bench`)."""
+        return await self._run(functools.partial(convert.benchmark_profiles, request))
+
 
 def add_service(
     server: aio.Server, servicer: object, service: ServiceDescriptor, encoded: Set[str] = frozenset()

@@ -1231,3 +1231,186 @@ class DeleteChatResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DeleteChatResponse: _TypeAlias = DeleteChatResponse  # noqa: Y015
+
+@_typing.final
+class BenchmarkProfilesRequest(_message.Message):
+    """Input of BenchmarkProfiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    PROFILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The corpus, at most 1 MiB in all: chat JSON documents (a JSON list of blocks, or a request body
+        with `messages`, `input` or `blocks`; each block is one message) or plain text (each paragraph
+        is one message). Empty: the sample corpus shipped with the server.
+        """
+
+    @_builtins.property
+    def profiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Profile or model names to measure; empty: every built-in profile (those that cannot load on
+        this server are listed in `skipped`). An unknown name is INVALID_ARGUMENT on "profiles[i]".
+        """
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[_builtins.str] | None = ...,
+        profiles: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "profiles", b"profiles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkProfilesRequest: _TypeAlias = BenchmarkProfilesRequest  # noqa: Y015
+
+@_typing.final
+class BenchmarkProfilesResponse(_message.Message):
+    """Result of BenchmarkProfiles. Counts are text tokens (no framing), counted without the count cache."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SkippedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_FIELD_NUMBER: _builtins.int
+    ACCURACY_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    documents: _builtins.int
+    """Documents in the corpus."""
+    messages: _builtins.int
+    """Messages in the corpus."""
+    bytes: _builtins.int
+    """UTF-8 bytes of the messages' text."""
+    @_builtins.property
+    def throughput(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileThroughput]:
+        """Per profile measured."""
+
+    @_builtins.property
+    def accuracy(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileAccuracy]:
+        """Per approximate profile and exact profile of its family (`heuristic`: every exact profile)."""
+
+    @_builtins.property
+    def skipped(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Profiles not measured, with why (e.g. llama3 without its tokenizer file)."""
+
+    def __init__(
+        self,
+        *,
+        documents: _builtins.int = ...,
+        messages: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        throughput: _abc.Iterable[Global___ProfileThroughput] | None = ...,
+        accuracy: _abc.Iterable[Global___ProfileAccuracy] | None = ...,
+        skipped: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accuracy", b"accuracy", "bytes", b"bytes", "documents", b"documents", "messages", b"messages", "skipped", b"skipped", "throughput", b"throughput"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkProfilesResponse: _TypeAlias = BenchmarkProfilesResponse  # noqa: Y015
+
+@_typing.final
+class ProfileThroughput(_message.Message):
+    """A profile's counting throughput on the corpus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    APPROXIMATE_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    SINGLE_THREAD_MB_PER_S_FIELD_NUMBER: _builtins.int
+    BATCH_MB_PER_S_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The profile."""
+    approximate: _builtins.bool
+    """True when the profile approximates a tokenizer."""
+    tokens: _builtins.int
+    """Text tokens of the whole corpus."""
+    single_thread_mb_per_s: _builtins.float
+    """Megabytes (10^6 bytes) of text per second, counting one message after another on one thread."""
+    batch_mb_per_s: _builtins.float
+    """The same through the batch call (across cores once the batch is large enough)."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        approximate: _builtins.bool = ...,
+        tokens: _builtins.int = ...,
+        single_thread_mb_per_s: _builtins.float = ...,
+        batch_mb_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "batch_mb_per_s", b"batch_mb_per_s", "profile", b"profile", "single_thread_mb_per_s", b"single_thread_mb_per_s", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileThroughput: _TypeAlias = ProfileThroughput  # noqa: Y015
+
+@_typing.final
+class ProfileAccuracy(_message.Message):
+    """An approximate profile's counts against an exact profile's, message by message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    REFERENCE_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    MEAN_RELATIVE_ERROR_FIELD_NUMBER: _builtins.int
+    P95_RELATIVE_ERROR_FIELD_NUMBER: _builtins.int
+    TOTAL_DRIFT_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The approximate profile."""
+    reference: _builtins.str
+    """The exact profile compared with."""
+    messages: _builtins.int
+    """Messages compared (those with at least one token under `reference`)."""
+    mean_relative_error: _builtins.float
+    """Mean of |approximate - exact| / exact per message."""
+    p95_relative_error: _builtins.float
+    """95th percentile (nearest rank) of the same."""
+    total_drift: _builtins.float
+    """(sum approximate - sum exact) / sum exact over the corpus: the signed drift of a whole prompt."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        reference: _builtins.str = ...,
+        messages: _builtins.int = ...,
+        mean_relative_error: _builtins.float = ...,
+        p95_relative_error: _builtins.float = ...,
+        total_drift: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mean_relative_error", b"mean_relative_error", "messages", b"messages", "p95_relative_error", b"p95_relative_error", "profile", b"profile", "reference", b"reference", "total_drift", b"total_drift"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileAccuracy: _TypeAlias = ProfileAccuracy  # noqa: Y015

@@ -66,6 +66,12 @@ class ContextShiftServiceStub:
     """
     DeleteChat: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    BenchmarkProfiles: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.BenchmarkProfilesRequest, _context_service_pb2.BenchmarkProfilesResponse]
+    """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+    thread, and the batch call), and each approximate profile's error against the exact profiles
+    of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+    budget of about 10 seconds.
+    """
 
 @_typing.type_check_only
 class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
@@ -91,6 +97,12 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     """
     DeleteChat: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteChatRequest, _context_service_pb2.DeleteChatResponse]  # type: ignore[assignment]
     """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+    BenchmarkProfiles: _aio.UnaryUnaryMultiCallable[_context_service_pb2.BenchmarkProfilesRequest, _context_service_pb2.BenchmarkProfilesResponse]  # type: ignore[assignment]
+    """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+    thread, and the batch call), and each approximate profile's error against the exact profiles
+    of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+    budget of about 10 seconds.
+    """
 
 class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
     """Decides what of a conversation fits a model's context window."""
@@ -155,5 +167,17 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.DeleteChatResponse, _abc.Awaitable[_context_service_pb2.DeleteChatResponse]]:
         """Deletes a chat's audit. Needs the audit store: UNIMPLEMENTED until it exists."""
+
+    @_abc_1.abstractmethod
+    def BenchmarkProfiles(
+        self,
+        request: _context_service_pb2.BenchmarkProfilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.BenchmarkProfilesResponse, _abc.Awaitable[_context_service_pb2.BenchmarkProfilesResponse]]:
+        """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+        thread, and the batch call), and each approximate profile's error against the exact profiles
+        of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+        budget of about 10 seconds.
+        """
 
 def add_ContextShiftServiceServicer_to_server(servicer: ContextShiftServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
