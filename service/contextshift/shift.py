@@ -121,6 +121,8 @@ class KeptMessages:
     def as_list(self) -> list[Mapping[str, Any]]:
         if isinstance(self.blocks, str | bytes):
             return list(self.conversation.json_messages(self.kept))
+        if not self.cuts:  # the common case, without a lookup per block
+            return list(map(self.blocks.__getitem__, self.kept))
         return [self.cuts.get(i, self.blocks[i]) for i in self.kept]
 
     def as_json(self) -> bytes:
