@@ -777,6 +777,7 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
         "GetContextAudit",
         "FinishGeneration",
         "DeleteChat",
+        "BenchmarkProfiles",
     }
 
 
