@@ -3,6 +3,7 @@
 #   make lint        ruff, mypy (+ stubtest of the _core stub), cargo fmt --check, cargo clippy
 #   make test        lint, cargo test, pytest: what CI runs
 #   make benchmark   the benchmark suite (QUICK=1 for a smoke run)
+#   make fuzz        every cargo-fuzz target for FUZZ_SECONDS each (60 by default, as CI runs it)
 #   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
 #   make docs        regenerate docs/api.md and the README's settings table (a test checks them)
 #   make go-tools    buf and the Go protoc plugins (pinned, from the Go module proxy) into .venv/bin
@@ -17,7 +18,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
 
-.PHONY: install-dev build-dev lint test test-rust test-python benchmark clean proto proto-check docs go-tools
+.PHONY: install-dev build-dev lint test test-rust test-python benchmark fuzz clean proto proto-check docs go-tools
 
 $(STAMP): pyproject.toml examples/plugin-sample/pyproject.toml
 	python3 -m venv $(VENV)
@@ -61,6 +62,7 @@ lint: build-dev $(GO_TOOLS)
 	$(VENV)/bin/mypy
 	$(PY) -m mypy.stubtest contextshift._core --allowlist stubtest-allowlist.txt
 	cargo fmt --all --check
+	cargo fmt --manifest-path fuzz/Cargo.toml --check
 	cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 test-rust:
@@ -75,5 +77,22 @@ test: lint test-rust test-python
 benchmark: build-dev
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick)
 
+# Fuzzing (fuzz/, cargo-fuzz): each target on a corpus grown in fuzz/corpus from the committed seeds
+# in fuzz/seeds. With a nightly toolchain installed, under AddressSanitizer; without one, on stable
+# with RUSTC_BOOTSTRAP=1 and no sanitizer (still coverage-guided, panics and aborts still caught).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := json_reader block_parser wire_split
+FUZZ_RUN := $(if $(shell rustup toolchain list 2>/dev/null | grep '^nightly'),cargo +nightly fuzz run,RUSTC_BOOTSTRAP=1 cargo fuzz run -s none)
+
+fuzz:
+	@command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: cargo install --locked cargo-fuzz"; exit 1; }
+	@echo "fuzzing with: $(FUZZ_RUN), $(FUZZ_SECONDS) s per target"
+	@for target in $(FUZZ_TARGETS); do \
+		mkdir -p fuzz/corpus/$$target; \
+		dict=$$([ $$target = wire_split ] || echo -dict=fuzz/json.dict); \
+		$(FUZZ_RUN) $$target fuzz/corpus/$$target fuzz/seeds/$$target -- -max_total_time=$(FUZZ_SECONDS) $$dict \
+			|| exit 1; \
+	done
+
 clean:
-	rm -rf $(VENV) target
+	rm -rf $(VENV) target fuzz/target

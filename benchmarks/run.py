@@ -1,16 +1,23 @@
 """Benchmark suite: `make benchmark` (or `python benchmarks/run.py [--quick]`).
 
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
-bpe-openai, splintr-rs), the facts kept by `summarize` (benchmarks/facts.py), the prompt prefix
-changes by `target_ratio` vs LangChain (benchmarks/hysteresis.py), the end-to-end gRPC benchmark
-(benchmarks/grpc_bench.py: ShiftContext vs echo) and the audit benchmark (benchmarks/audit_bench.py:
-ShiftContext with and without its audit, SQLite and PostgreSQL).
+bpe-openai, splintr-rs), every profile's throughput (contextshift.profile_bench), the blocks_json readers
+(benchmarks/rust, json-readers: contextshift's reader vs serde_json, sonic-rs, simd-json), the facts
+kept by `summarize` (benchmarks/facts.py), the prompt prefix changes by `target_ratio` vs LangChain
+(benchmarks/hysteresis.py), the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs
+echo) and the audit benchmark (benchmarks/audit_bench.py: ShiftContext with and without its audit,
+SQLite and PostgreSQL).
 
-Shift of generated conversations of 1k, 10k and 100k blocks through the library (Rust core) and
-through the pure-Python reference in tests/reference, side by side in one run. Prints a table with
-the ratio, checks the targets of the engine issue (>= 20x at 10k; growth from 10k to 100k no worse
-than n log n) and writes benchmarks/results/shift.json. Timings are medians of repeated runs;
-ratios, not absolute times, are what to compare across machines.
+The shift of generated conversations of 1k, 10k and 100k blocks, side by side in one run: the
+library from dicts and from JSON bytes (heuristic profile), the same with an exact profile whose
+counts are cached (o200k_base, the history resent), the pure-Python reference in tests/reference,
+and LangChain's trim_messages (benchmarks/trim_contenders.py: same conversations, same counting
+rule). Prints a table with the ratios, checks the targets of the engine issues (>= 20x the reference
+and >= 100x trim_messages at 10k; 100k blocks with cached counts under 50 ms from dicts and from
+JSON; growth from 10k to 100k no worse than n log n), writes benchmarks/results/*.json and the plots
+(benchmarks/plots.py: docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
+Timings are medians of repeated runs; ratios, not absolute times, are what to compare across
+machines.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import json
 import math
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -29,9 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis  # noqa: E402
+from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis, plots  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
+from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
+from contextshift import profile_bench  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
+
+CACHED_PROFILE = "o200k_base"
 
 
 def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
@@ -43,53 +55,108 @@ def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
     return statistics.median(times)
 
 
-def run(sizes: list[int], repeat: int, reference_max: int) -> list[dict[str, Any]]:
-    rows = []
-    for n in sizes:
-        blocks = generate(n)
-        total = sum(contextshift.count_tokens(blocks))
-        budget = total // 2  # force real removal work
-        rust_result = contextshift.shift_context(blocks, budget=budget)
+def shift_dicts(blocks: list[dict[str, Any]], budget: int, profile: str = "heuristic") -> object:
+    result = contextshift.shift_context(blocks, budget=budget, profile=profile)
+    # Read what the reference builds: decisions and messages are built on first use.
+    return result.kept, result.excluded, result.messages
 
-        def shift(blocks: list[dict[str, Any]] = blocks, budget: int = budget) -> object:
-            result = contextshift.shift_context(blocks, budget=budget)
-            # Read what the reference builds: decisions and messages are built on first use.
-            return result.kept, result.excluded, result.messages
 
-        def reference(blocks: list[dict[str, Any]] = blocks, budget: int = budget) -> object:
-            return reference_shift(blocks, budget=budget)
+def shift_json(text: bytes, budget: int, profile: str = "heuristic") -> object:
+    result = contextshift.shift_context(text, budget=budget, profile=profile)
+    # What a JSON caller (the gRPC service) sends on: the kept blocks' own text.
+    return result.kept, result.excluded, result.messages_json_bytes()
 
-        row: dict[str, Any] = {
-            "blocks": len(blocks),
-            "budget": budget,
-            "excluded": len(rust_result.excluded),
-            "rust_s": median_seconds(shift, repeat),
-            "reference_s": None,
-        }
-        if n <= reference_max:
-            ref = reference_shift(blocks, budget=budget)
-            assert [k[0] for k in ref.kept] == [d.id for d in rust_result.kept], "reference disagrees"
-            row["reference_s"] = median_seconds(reference, max(1, repeat // 3))
-        rows.append(row)
-    return rows
+
+def run(sizes: list[int], repeat: int, slow_max: int) -> list[dict[str, Any]]:
+    """Each size's timings; the slow contenders (reference, trim_messages counting) up to `slow_max`."""
+    return [measure(n, repeat, slow=n <= slow_max) for n in sizes]
+
+
+def measure(n: int, repeat: int, slow: bool) -> dict[str, Any]:
+    """Every contender on a generated conversation of `n` blocks (the slow ones when `slow`)."""
+    blocks = generate(n)
+    text = json.dumps(blocks, ensure_ascii=False).encode()
+    total = sum(contextshift.count_tokens(blocks))
+    budget = total // 2  # force real removal work
+    messages = langchain_messages(blocks)
+    assert heuristic_counter(messages) == total, "the LangChain counter must count as the library does"
+    rust_result = contextshift.shift_context(blocks, budget=budget)
+    # Cached counts: an exact profile, its counts already in the count cache (a resent history).
+    cached_budget = sum(contextshift.count_tokens(blocks, CACHED_PROFILE)) // 2
+    lookup = lookup_counter(messages, contextshift.count_tokens(blocks))
+    row: dict[str, Any] = {
+        "blocks": len(blocks),
+        "json_bytes": len(text),
+        "budget": budget,
+        "excluded": len(rust_result.excluded),
+        "library_s": median_seconds(lambda: shift_dicts(blocks, budget), repeat),
+        "library_json_s": median_seconds(lambda: shift_json(text, budget), repeat),
+        "cached_s": median_seconds(lambda: shift_dicts(blocks, cached_budget, CACHED_PROFILE), repeat),
+        "cached_json_s": median_seconds(lambda: shift_json(text, cached_budget, CACHED_PROFILE), repeat),
+        "trim_lookup_s": median_seconds(lambda: trim(messages, budget, lookup), repeat),
+        "reference_s": None,
+        "trim_messages_s": None,
+    }
+    if slow:
+        ref = reference_shift(blocks, budget=budget)
+        assert [k[0] for k in ref.kept] == [d.id for d in rust_result.kept], "reference disagrees"
+        slow_repeat = max(1, repeat // 3)
+        row["reference_s"] = median_seconds(lambda: reference_shift(blocks, budget=budget), slow_repeat)
+        row["trim_messages_s"] = median_seconds(
+            lambda: trim(messages, budget, heuristic_counter), slow_repeat
+        )
+    return row
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.2f}" if seconds is not None else "-"
+
+
+def _ratio(slow: float | None, fast: float) -> str:
+    return f"{slow / fast:.1f}x" if slow is not None else "-"
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(f"{'blocks':>8} {'excluded':>9} {'rust ms':>10} {'reference ms':>13} {'speed-up':>9}")
+    header = ["blocks", "dicts ms", "json ms", "cached ms", "cached json ms", "reference ms", "vs ref"]
+    header += ["trim ms", "vs trim", "trim lookup ms"]
+    print("  ".join(f"{h:>14}" for h in header))
     for r in rows:
-        ref = r["reference_s"]
-        ref_ms = f"{ref * 1e3:13.1f}" if ref else f"{'-':>13}"
-        ratio = f"{ref / r['rust_s']:8.1f}x" if ref else f"{'-':>9}"
-        print(f"{r['blocks']:>8} {r['excluded']:>9} {r['rust_s'] * 1e3:10.2f} {ref_ms} {ratio}")
+        cells = (
+            str(r["blocks"]),
+            _ms(r["library_s"]),
+            _ms(r["library_json_s"]),
+            _ms(r["cached_s"]),
+            _ms(r["cached_json_s"]),
+            _ms(r["reference_s"]),
+            _ratio(r["reference_s"], r["library_s"]),
+            _ms(r["trim_messages_s"]),
+            _ratio(r["trim_messages_s"], r["library_s"]),
+            _ms(r["trim_lookup_s"]),
+        )
+        print("  ".join(f"{c:>14}" for c in cells))
     findings = []
     by_size = {r["blocks"] // 1000 * 1000: r for r in rows}
-    ten_k = by_size.get(10_000)
+    ten_k, hundred_k = by_size.get(10_000), by_size.get(100_000)
     if ten_k and ten_k["reference_s"]:
-        ratio = ten_k["reference_s"] / ten_k["rust_s"]
-        findings.append(f"speed-up at 10k: {ratio:.1f}x (target >= 20x): {'PASS' if ratio >= 20 else 'FAIL'}")
-    hundred_k = by_size.get(100_000)
+        ratio = ten_k["reference_s"] / ten_k["library_s"]
+        findings.append(
+            f"speed-up vs reference at 10k: {ratio:.1f}x (target >= 20x): {'PASS' if ratio >= 20 else 'FAIL'}"
+        )
+    if ten_k and ten_k["trim_messages_s"]:
+        ratio = ten_k["trim_messages_s"] / ten_k["library_s"]
+        verdict = "PASS" if ratio >= 100 else "FAIL"
+        findings.append(
+            f"speed-up vs LangChain trim_messages at 10k: {ratio:.1f}x (target >= 100x): {verdict}"
+        )
+    if hundred_k:
+        for key, source in (("cached_s", "dicts"), ("cached_json_s", "JSON bytes")):
+            ms = hundred_k[key] * 1e3
+            verdict = "PASS" if ms < 50 else "FAIL"
+            findings.append(
+                f"100k blocks, cached counts, from {source}: {ms:.1f} ms (target < 50 ms): {verdict}"
+            )
     if ten_k and hundred_k:
-        growth = hundred_k["rust_s"] / ten_k["rust_s"]
+        growth = hundred_k["library_s"] / ten_k["library_s"]
         big, small = hundred_k["blocks"], ten_k["blocks"]
         bound = (big * math.log(big)) / (small * math.log(small))
         verdict = "PASS" if growth <= bound else "FAIL"
@@ -99,20 +166,45 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return findings
 
 
+def profile_throughput(quick: bool) -> list[dict[str, Any]]:
+    """Every profile's MB/s (one thread, batch) on the counting benchmark's messages."""
+    texts = counting.messages(300 if quick else 3000)
+    report = profile_bench.run(profile_bench.Corpus(texts, 1), time_budget=2.0 if quick else 10.0)
+    rows = [dict(vars(t)) for t in report.throughput]
+    print(f"{'profile':<16} {'1 thread MB/s':>14} {'batch MB/s':>11}")
+    for r in rows:
+        print(f"{r['profile']:<16} {r['single_thread_mb_per_s']:>14.1f} {r['batch_mb_per_s']:>11.1f}")
+    return rows
+
+
+def json_readers(quick: bool, out: Path) -> None:
+    """The Rust-side benchmark of blocks_json readers (benchmarks/rust/src/json_readers.rs)."""
+    command = ["cargo", "run", "--release", "--quiet", "-p", "contextshift-benches", "--bin", "json-readers"]
+    subprocess.run(
+        [*command, "--", "--json", str(out), *(["--quick"] if quick else [])], cwd=ROOT, check=True
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="smoke run: small sizes, one repeat")
     args = parser.parse_args()
     if args.quick:
-        rows = run([1_000, 10_000], repeat=1, reference_max=1_000)
+        rows = run([1_000, 10_000], repeat=1, slow_max=1_000)
     else:
-        rows = run([1_000, 10_000, 100_000], repeat=9, reference_max=100_000)
+        rows = run([1_000, 10_000, 100_000], repeat=9, slow_max=100_000)
     findings = report(rows)
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / "shift.json").write_text(json.dumps({"rows": rows, "findings": findings}, indent=2))
     print()
+    profiles = profile_throughput(args.quick)
+    (out / "profiles.json").write_text(json.dumps(profiles, indent=2))
+    plots.write(rows, profiles, out if args.quick else ROOT / "docs" / "benchmarks")
+    print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
+    print()
+    json_readers(args.quick, out / "json_readers.json")
     print()
     facts.main(args.quick)  # facts kept by summarize (benchmarks/facts.py)
     print()

@@ -230,3 +230,43 @@ def test_json_text_errors_are_named() -> None:
     with pytest.raises(contextshift.InvalidBlocks) as err:
         contextshift.shift_context('[{"role": "user"}, {"role": 3}]', budget=10)
     assert fields(err.value) == ["blocks[1].role"]
+
+
+# Found by hand (issue #12): the JSON reader answered these with "a block is nested deeper than 128
+# levels", and passed a block with a repeated key on as sent.
+@pytest.mark.parametrize(
+    ("text", "description"),
+    [
+        (
+            r'[{"role":"user","content":"a\ud83db"}]',
+            r"unpaired UTF-16 surrogate in a \u escape (JSON text must encode Unicode characters) "
+            "at line 1 column 29",
+        ),
+        (
+            '[{"role":"user","content":"x","relevance":1e999}]',
+            "number out of range (beyond a 64-bit float) at line 1 column 43",
+        ),
+    ],
+)
+def test_json_text_errors_say_what_and_where(text: str, description: str) -> None:
+    for given in (text, text.encode()):
+        with pytest.raises(contextshift.InvalidBlocks) as err:
+            contextshift.shift_context(given, budget=100)
+        assert [(v.field, v.description) for v in err.value.violations] == [
+            ("blocks_json", f"not a JSON array of blocks: {description}")
+        ]
+
+
+def test_repeated_key_in_json_text_is_refused_at_its_place() -> None:
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context('[{"role":"user","role":"assistant","content":"x"}]', budget=100)
+    [violation] = err.value.violations
+    assert violation.field == "blocks[0].role"
+    assert violation.description.startswith('duplicate key "role"')
+    # Nested keys too, with the block's other errors, in block order.
+    text = json.dumps([{"role": "user"}, {"role": "bot"}]).replace(
+        '"role": "bot"', '"role": "bot", "content": [{"type": "text", "text": "a", "text": "b"}]'
+    )
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        contextshift.shift_context(text, budget=100)
+    assert fields(err.value) == ["blocks[1].content[0].text", "blocks[1].role"]

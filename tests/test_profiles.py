@@ -3,6 +3,7 @@ costs on worked examples, the count cache, and calibration of approximate profil
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -187,6 +188,170 @@ def test_openai_framing_is_the_cookbook_rule(profile: str) -> None:
     result = contextshift.shift_context(COOKBOOK_MESSAGES, budget=10_000, profile=profile)
     assert result.prompt_tokens == expected
     assert sum(contextshift.count_tokens(COOKBOOK_MESSAGES, profile)) + 3 == expected
+
+
+# OpenAI cookbook, "How to count tokens with tiktoken", section 7 "Counting tokens for chat
+# completions with tool calls" (github.com/openai/openai-cookbook,
+# examples/How_to_count_tokens_with_tiktoken.ipynb): these tools and messages, and the prompt tokens
+# the OpenAI API reported for them.
+COOKBOOK_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "location": {
+                        "type": "string",
+                        "description": "The city and state, e.g. San Francisco, CA",
+                    },
+                    "unit": {
+                        "type": "string",
+                        "description": "The unit of temperature to return",
+                        "enum": ["celsius", "fahrenheit"],
+                    },
+                },
+                "required": ["location"],
+            },
+        },
+    }
+]
+COOKBOOK_TOOL_MESSAGES = [
+    {
+        "role": "system",
+        "content": "You are a helpful assistant that can answer to questions about the weather.",
+    },
+    {"role": "user", "content": "What's the weather like in San Francisco?"},
+]
+
+
+def cookbook_num_tokens_for_tools(
+    functions: list[dict[str, Any]], encoding: tiktoken.Encoding, func_init: int
+) -> int:
+    """The cookbook's num_tokens_for_tools without the messages (func_init 7 for gpt-4o and
+    gpt-4o-mini, 10 for gpt-3.5-turbo and gpt-4; the other constants are the same for both)."""
+    prop_init, prop_key, enum_init, enum_item, func_end = 3, 3, -3, 3, 12
+    count = 0
+    for f in functions:
+        count += func_init
+        function = f["function"]
+        description = function["description"]
+        description = description[:-1] if description.endswith(".") else description
+        count += len(encoding.encode(function["name"] + ":" + description))
+        properties = function["parameters"]["properties"]
+        if properties:
+            count += prop_init
+            for key, schema in properties.items():
+                count += prop_key
+                if "enum" in schema:
+                    count += enum_init
+                    for item in schema["enum"]:
+                        count += enum_item + len(encoding.encode(item))
+                p_desc = schema["description"]
+                p_desc = p_desc[:-1] if p_desc.endswith(".") else p_desc
+                count += len(encoding.encode(f"{key}:{schema['type']}:{p_desc}"))
+    return count + func_end if functions else count
+
+
+@pytest.mark.parametrize(
+    ("profile", "func_init", "api_prompt_tokens"), [("o200k_base", 7, 101), ("cl100k_base", 10, 105)]
+)
+def test_openai_tools_reproduce_the_cookbook(profile: str, func_init: int, api_prompt_tokens: int) -> None:
+    encoding = openai_encoding(profile)  # tiktoken's own tokenizer
+    expected_tools = cookbook_num_tokens_for_tools(COOKBOOK_TOOLS, encoding, func_init)
+    assert cookbook_num_tokens(COOKBOOK_TOOL_MESSAGES, encoding) + expected_tools == api_prompt_tokens
+    for tools in (COOKBOOK_TOOLS, json.dumps(COOKBOOK_TOOLS)):
+        result = contextshift.shift_context(COOKBOOK_TOOL_MESSAGES, budget=1000, profile=profile, tools=tools)
+        assert result.tools_tokens == expected_tools
+        assert result.prompt_tokens + result.tools_tokens == api_prompt_tokens
+
+
+def test_tool_shapes_of_every_provider_count_alike() -> None:
+    """The same function as OpenAI Chat, OpenAI Responses and Anthropic tools: the same function
+    count under OpenAI's rule; a built-in tool counts as its JSON text."""
+    function = COOKBOOK_TOOLS[0]["function"]
+    responses = [{"type": "function", **function}]
+    anthropic = [
+        {
+            "name": function["name"],
+            "description": function["description"],
+            "input_schema": function["parameters"],
+        }
+    ]
+
+    def count(tools: list[dict[str, Any]]) -> int:
+        shift = contextshift.shift_context(
+            COOKBOOK_TOOL_MESSAGES, budget=1000, profile="o200k_base", tools=tools
+        )
+        return shift.tools_tokens
+
+    assert count(COOKBOOK_TOOLS) == count(responses) == count(anthropic)
+    web_search = [{"type": "web_search"}]
+    encoding = openai_encoding("o200k_base")
+    assert count(web_search) == len(encoding.encode('{"type": "web_search"}'))
+    assert count(COOKBOOK_TOOLS + web_search) == count(COOKBOOK_TOOLS) + count(web_search)
+
+
+def test_tools_under_the_other_rules() -> None:
+    as_text = json.dumps(COOKBOOK_TOOLS[0], ensure_ascii=False)
+    heuristic_text = contextshift.count_tokens([as_text])[0]
+    shift = lambda profile: contextshift.shift_context(  # noqa: E731
+        COOKBOOK_TOOL_MESSAGES, budget=2000, profile=profile, tools=COOKBOOK_TOOLS
+    )
+    # The heuristic (and every template-based profile): the definition's JSON text; its block
+    # arithmetic is unchanged.
+    assert shift("heuristic").tools_tokens == heuristic_text
+    assert shift("heuristic").prompt_tokens == sum(contextshift.count_tokens(COOKBOOK_TOOL_MESSAGES))
+    # Anthropic: its tool-use system prompt (346, tool_choice auto) once, plus the JSON text.
+    assert shift("anthropic").tools_tokens == 346 + heuristic_text
+
+
+def test_tool_calls_carry_openai_framing_only() -> None:
+    call = {
+        "role": "assistant",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "get", "arguments": "{}"}}],
+    }
+    encoding = openai_encoding("o200k_base")
+    text = len(encoding.encode("get")) + len(encoding.encode("{}"))
+    assert contextshift.count_tokens([call], "o200k_base") == [4 + 3 + text]  # message, call framing
+    assert contextshift.count_tokens([call]) == [4 + 1 + 1]  # heuristic: as before
+
+
+def test_tools_come_off_the_budget_first() -> None:
+    full = contextshift.shift_context(COOKBOOK_TOOL_MESSAGES, budget=1000, profile="o200k_base")
+    with pytest.raises(contextshift.TokenBudgetExceeded) as err:
+        contextshift.shift_context(
+            COOKBOOK_TOOL_MESSAGES, budget=100, profile="o200k_base", tools=COOKBOOK_TOOLS
+        )
+    assert (err.value.protected_tokens, err.value.tools_tokens, err.value.budget) == (
+        full.prompt_tokens,
+        68,
+        100,
+    )
+    assert "tool definitions 68" in str(err.value)
+    blocks = [{"role": "user", "content": "old " * 40}, *COOKBOOK_TOOL_MESSAGES]
+    result = contextshift.shift_context(blocks, budget=110, profile="o200k_base", tools=COOKBOOK_TOOLS)
+    assert [d.reason for d in result.excluded] == ["BUDGET_OLDEST_FIRST"]
+    assert result.prompt_tokens + result.tools_tokens <= result.budget == 110
+
+
+@pytest.mark.parametrize(
+    ("tools", "field"),
+    [
+        ([{"type": "function", "function": {"description": "no name"}}], "tools[0].function.name"),
+        ([{"name": "f", "input_schema": {"properties": {"x": 3}}}], "tools[0].input_schema.properties.x"),
+        ([COOKBOOK_TOOLS[0], "search"], "tools[1]"),
+        ('[{"name": "f", "name": "g"}]', "tools[0].name"),
+        ("[{]", "tools"),
+        ({"name": "f"}, "tools"),
+    ],
+)
+def test_bad_tools_are_named(tools: Any, field: str) -> None:
+    with pytest.raises(contextshift.InvalidTools) as err:
+        contextshift.shift_context(COOKBOOK_TOOL_MESSAGES, budget=1000, tools=tools)
+    assert [v.field for v in err.value.violations] == [field]
 
 
 def special_aware(path: Path) -> tokenizers.Tokenizer:

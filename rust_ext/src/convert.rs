@@ -39,6 +39,21 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 impl Node for PyNode<'_, '_> {
     fn shape(&self) -> Shape<'_> {
         let obj = &self.0;
+        // Blocks are mostly exact dicts, strs and lists: one pointer comparison each, before the
+        // general checks (subclasses, numbers), which cost several type lookups per node.
+        // SAFETY: the GIL is held; only the object's type pointer is read.
+        let exact = unsafe { ffi::Py_TYPE(obj.as_ptr()) };
+        if exact == ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+            // SAFETY: the type check above.
+            let s = unsafe { obj.cast_unchecked::<PyString>() };
+            return utf8(s).map(Shape::Str).unwrap_or_else(|| Shape::Other("str with lone surrogates".to_owned()));
+        }
+        if exact == ptr::addr_of_mut!(ffi::PyDict_Type) {
+            return Shape::Object;
+        }
+        if exact == ptr::addr_of_mut!(ffi::PyList_Type) {
+            return Shape::List;
+        }
         if obj.is_none() {
             Shape::Null
         } else if let Ok(s) = obj.cast::<PyString>() {

@@ -23,6 +23,7 @@ from contextshift.errors import (
     InvalidBlocks,
     InvalidInput,
     InvalidOptions,
+    InvalidTools,
     TokenBudgetExceeded,
 )
 from contextshift.options import OptionSpec
@@ -54,6 +55,7 @@ __all__ = [
     "InvalidBlocks",
     "InvalidInput",
     "InvalidOptions",
+    "InvalidTools",
     "OptionSpec",
     "ShiftResult",
     "ShiftView",

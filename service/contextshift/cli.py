@@ -5,6 +5,7 @@ contextshift serve --port 50051 --http-port 8080
 contextshift preview examples/support-chat.json --budget 300 [--server 127.0.0.1:50051]
 contextshift audit CHAT_ID --server 127.0.0.1:50051
 contextshift count examples/support-chat.json other.json   (or - for stdin)
+contextshift bench-profiles [FILES... | -] [--profiles heuristic o200k_base] [--json]
 
 Tables are coloured by decision when the output is a terminal, plain when piped; inputs large enough
 to take a while show progress on stderr (a terminal only).
@@ -74,11 +75,22 @@ def read_text(source: str) -> str:
         raise SystemExit(f"error: {source}: {e.strerror or e}") from None
 
 
+def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (`json` would keep the last of a repeated key,
+    where a provider's parser may read the other value)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"duplicate key {key!r} in a JSON object")
+        seen[key] = value
+    return seen
+
+
 def load_blocks(text: str, source: str) -> list[Any]:
     """A JSON list of blocks, or a request body holding one: `blocks`, `messages` (OpenAI chat,
     Anthropic, whose top-level `system` string becomes a system block) or `input` (Responses)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except ValueError as e:
         raise SystemExit(f"error: {source}: not JSON: {e}") from None
     if isinstance(data, list):
@@ -188,6 +200,7 @@ def plan_summary(result: ShiftResult) -> str:
     return (
         f"{len(result.kept)} kept, {len(result.excluded)} excluded, {len(result.truncated)} truncated; "
         f"prompt {result.prompt_tokens} of {result.budget} tokens, profile {result.profile}{approx}"
+        + (f"; tool definitions {result.tools_tokens}" if result.tools_tokens else "")
     )
 
 
@@ -240,6 +253,16 @@ def _budget(args: argparse.Namespace, *, remote: bool) -> int | Budget | None:
     return Budget(128_000 if limit is None else limit, response or 0, system or 0)
 
 
+def _tools(args: argparse.Namespace) -> bytes | None:
+    """The --tools file's JSON text, read by the core (or the server)."""
+    if args.tools is None:
+        return None
+    try:
+        return Path(args.tools).read_bytes()
+    except OSError as e:
+        raise SystemExit(f"error: {args.tools}: {e.strerror or e}") from None
+
+
 def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
     if args.server is None:
         return shift_context(
@@ -248,6 +271,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
             profile=args.profile,
             strategy=args.strategy,
             model=args.model,
+            tools=_tools(args),
         )
     import grpc
 
@@ -261,6 +285,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
                 profile=args.profile or "",
                 strategy=args.strategy,
                 model=args.model or "",
+                tools=_tools(args),
                 timeout=600,
             )
         except grpc.RpcError as error:  # what the client does not raise as the library's errors
@@ -291,6 +316,7 @@ def _result_json(result: ShiftResult) -> dict[str, Any]:
         "excluded": [_decision_json(d) for d in result.excluded],
         "truncated": [dataclasses.asdict(t) for t in result.truncated],
         "prompt_tokens": result.prompt_tokens,
+        "tools_tokens": result.tools_tokens,
         "budget": result.budget,
         "profile": result.profile,
         "approximate": result.approximate,
@@ -394,6 +420,63 @@ def _count(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_profiles(args: argparse.Namespace) -> int:
+    from contextshift import profile_bench
+
+    if not args.files:
+        data = profile_bench.sample_corpus()
+    else:
+        documents = (
+            ("-", sys.stdin.buffer.read()) if str(path) == "-" else (str(path), path.read_bytes())
+            for path in args.files
+        )
+        data = profile_bench.corpus(documents)
+    report = profile_bench.run(data, args.profiles)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        _print_bench_report(report)
+    return 0
+
+
+def _print_bench_report(report: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    speed = Table(
+        title=f"Counting throughput: {report.messages} messages, {report.bytes / 1000:.1f} kB "
+        f"from {report.documents} documents (count cache bypassed)"
+    )
+    for column in ("profile", "approximate", "tokens", "1 thread MB/s", "batch MB/s"):
+        speed.add_column(column, justify="left" if column == "profile" else "right")
+    for t in report.throughput:
+        approx = "yes" if t.approximate else "no"
+        speed.add_row(
+            t.profile, approx, str(t.tokens), f"{t.single_thread_mb_per_s:.1f}", f"{t.batch_mb_per_s:.1f}"
+        )
+    console.print(speed)
+    errors = Table(title="Approximate profiles against exact ones (text tokens per message)")
+    for column in ("profile", "against", "messages", "mean |error|", "p95 |error|", "total drift"):
+        errors.add_column(column, justify="left" if column in {"profile", "against"} else "right")
+    for a in report.accuracy:
+        errors.add_row(
+            a.profile,
+            a.reference,
+            str(a.messages),
+            f"{a.mean_relative_error:.1%}",
+            f"{a.p95_relative_error:.1%}",
+            f"{a.total_drift:+.1%}",
+        )
+    console.print(errors)
+    compared = {a.profile for a in report.accuracy}
+    for t in report.throughput:
+        if t.approximate and t.profile not in compared:
+            console.print(f"{t.profile}: no exact profile of its family to compare with")
+    for name, why in report.skipped.items():
+        console.print(f"skipped {name}: {why}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from contextshift.api import server  # grpc is loaded only to serve
 
@@ -456,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="the model, e.g. gpt-4o: picks the profile (and, on a server, the window)"
     )
     preview.add_argument("--strategy", default="truncate", help="the strategy (default truncate)")
+    preview.add_argument(
+        "--tools", type=Path, help="a JSON array of the tool definitions the prompt is sent with"
+    )
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
     _add_server_flags(preview, required=False)
     preview.set_defaults(run=_preview)
@@ -476,6 +562,22 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("--model", help="the model whose tokenizer counts, when --profile is not given")
     count.add_argument("--json", action="store_true", help="print every count as JSON")
     count.set_defaults(run=_count)
+
+    bench = sub.add_parser(
+        "bench-profiles",
+        help="measure every profile on a corpus: throughput, and each approximate profile's error",
+    )
+    bench.add_argument(
+        "files",
+        type=Path,
+        nargs="*",
+        help="chat JSON (any supported shape) or text files, - for stdin; none: the shipped sample corpus",
+    )
+    bench.add_argument(
+        "--profiles", nargs="+", help="profile or model names (default: every built-in profile)"
+    )
+    bench.add_argument("--json", action="store_true", help="print the report as JSON")
+    bench.set_defaults(run=_bench_profiles)
     return parser
 
 

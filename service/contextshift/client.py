@@ -37,7 +37,7 @@ from contextshift.budget import Budget
 from contextshift.calibration import Calibration
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
-from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, TokenBudgetExceeded
+from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, InvalidTools, TokenBudgetExceeded
 from contextshift.options import OptionSpec
 from contextshift.profiles import ProfileInfo
 from contextshift.shift import ShiftResult, Truncation
@@ -123,6 +123,7 @@ class PreviewArgs(TypedDict, total=False):
     options: Mapping[str, Any] | None
     output_format: str  # "input", "openai_chat" or "anthropic_messages"
     model: str
+    tools: Sequence[Mapping[str, Any]] | str | bytes | None  # sent as tools_json
     timeout: float | None
 
 
@@ -157,6 +158,12 @@ def _request(blocks: Blocks, args: PreviewArgs | ShiftArgs) -> dict[str, Any]:
         struct = struct_pb2.Struct()
         struct.update(options)
         request["options"] = struct
+    tools = args.get("tools")
+    if tools is not None:
+        tools = tools.decode() if isinstance(tools, bytes) else tools
+        request["tools_json"] = (
+            tools if isinstance(tools, str) else json.dumps(list(tools), ensure_ascii=False)
+        )
     return request
 
 
@@ -194,6 +201,7 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         summary=_summary(plan) if plan.HasField("summary") else None,
         relevance=[Relevance(r.id, r.score, r.source) for r in plan.relevance],
         compaction_usage=_compaction_usage(plan) if plan.HasField("compaction_usage") else None,
+        tools_tokens=plan.tools_tokens,
     )
 
 
@@ -318,14 +326,19 @@ def library_error(error: grpc.RpcError) -> Exception:
             detail.Unpack(info)
             if info.reason == TokenBudgetExceeded.code:
                 return TokenBudgetExceeded(
-                    int(info.metadata["protected_tokens"]), int(info.metadata["budget"])
+                    int(info.metadata["protected_tokens"]),
+                    int(info.metadata["budget"]),
+                    int(info.metadata.get("tools_tokens", "0")),
                 )
         if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad = error_details_pb2.BadRequest()
             detail.Unpack(bad)
             violations = [(v.field, v.description) for v in bad.field_violations]
-            on_blocks = all(field.startswith(("blocks", "items")) for field, _ in violations)
-            kind: type[InvalidInput] = InvalidBlocks if on_blocks else InvalidOptions
+            kind: type[InvalidInput] = InvalidOptions
+            if all(field.startswith(("blocks", "items")) for field, _ in violations):
+                kind = InvalidBlocks
+            elif all(field.startswith("tools_json") for field, _ in violations):
+                kind = InvalidTools
             return kind(violations)
     return error
 

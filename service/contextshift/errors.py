@@ -34,16 +34,23 @@ class InvalidOptions(InvalidInput):
     """The budget, profile, strategy or an option is malformed or unknown."""
 
 
+class InvalidTools(InvalidInput):
+    """A tool definition is malformed (`tools[2].function.name`, `tools_json[0].input_schema`)."""
+
+
 class TokenBudgetExceeded(ContextShiftError):
-    """Protected blocks alone do not fit the budget: no prompt can be built."""
+    """Protected blocks (with the tool definitions sent alongside) do not fit the budget: no prompt
+    can be built."""
 
     code = "TOKEN_BUDGET_EXCEEDED"
 
-    def __init__(self, protected_tokens: int, budget: int) -> None:
+    def __init__(self, protected_tokens: int, budget: int, tools_tokens: int = 0) -> None:
         self.protected_tokens = protected_tokens
         self.budget = budget
+        self.tools_tokens = tools_tokens
+        tools = f" and tool definitions {tools_tokens}" if tools_tokens else ""
         super().__init__(
-            f"{self.code}: protected blocks take {protected_tokens} tokens, over the budget of {budget}"
+            f"{self.code}: protected blocks take {protected_tokens} tokens{tools}, over the budget of {budget}"
         )
 
 

@@ -84,6 +84,9 @@ class ShiftResult:
     relevance: list[Relevance] = field(default_factory=list, kw_only=True)
     # The tokens an LLM compaction spent (llm-compact), as its endpoint reported them.
     compaction_usage: CompactionUsage | None = field(default=None, kw_only=True)
+    # Tokens of the tool definitions sent with the prompt (raw), taken from the budget before the
+    # shift: `prompt_tokens + tools_tokens` is what fits `budget`.
+    tools_tokens: int = field(default=0, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -220,6 +223,8 @@ class KeptMessages:
             indices = self.items if self.plain else [i for i in self.items if isinstance(i, int)]
             parsed = iter(self.conversation.json_messages(indices))  # type: ignore[arg-type]
             return [next(parsed) if isinstance(i, int) else i for i in self.items]
+        if self.plain and not self.cuts:  # the common case, without a lookup per block
+            return list(map(self.blocks.__getitem__, self.items))  # type: ignore[arg-type]
         return [self.cuts.get(i, self.blocks[i]) if isinstance(i, int) else i for i in self.items]
 
     def as_json(self) -> bytes:
@@ -283,6 +288,7 @@ def shift_context(
     calibration_source: calibration.CalibrationSource = calibration.DEFAULT,
     known_tokens: Sequence[int | None] | None = None,
     previous: PreviousPrompt | None = None,
+    tools: Sequence[Mapping[str, Any]] | str | bytes | None = None,
 ) -> ShiftResult:
     """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
@@ -294,8 +300,10 @@ def shift_context(
     blocks (None where unknown; e.g. stored with a chat's history): only the other blocks are
     counted, before the independent recount of what is kept. `previous` is the chat's last prompt:
     with the `cache_stable` option (on by default) the blocks it left out are left out again while
-    its blocks are unchanged (contextshift.cache_stable). Raises `InvalidBlocks`,
-    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks alone do not fit."""
+    its blocks are unchanged (contextshift.cache_stable). `tools` are the tool definitions the
+    prompt goes out with (OpenAI Chat or Responses, Anthropic; dicts or JSON text): counted by the
+    profile's tool rule and taken from the budget first. Raises `InvalidBlocks`, `InvalidTools`,
+    `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks (and tools) do not fit."""
     info = strategy_named(strategy)
     opts = ShiftOptions.from_mapping(options, info.options)
     resolved = resolve_budget(budget)
@@ -304,6 +312,9 @@ def shift_context(
     # leaves for them, so the calibrated prompt fits the real budget.
     factor = calibration_source.factor(resolution.model) if resolution.approximate else 1.0
     raw_budget = calibration.raw_budget(resolved.tokens, factor)
+    # Tool definitions go out with any prompt: the blocks get what they leave.
+    tools_tokens = 0 if tools is None else engine.count_tools(tools, resolution.profile, "tools")
+    blocks_budget = max(0, raw_budget - tools_tokens)
 
     # 1-2. Parse and cut over-long blocks.
     tool_result_cap = opts.tool_result_max_chars or None
@@ -313,9 +324,15 @@ def shift_context(
         conversation = engine.Conversation(blocks, opts.max_block_chars, tool_result_cap)
     counts = conversation.count(resolution.profile, known_tokens)
     # 3. Pinned cap.
-    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * raw_budget)
+    unpinned = conversation.pinned_cap(counts, opts.pinned_cap * blocks_budget)
+
     # 4-5. Orphans, the strategy, the leading-assistant repair.
-    ctx = StrategyContext(strategy, blocks, conversation, counts, raw_budget, unpinned, opts)
+    def over_budget(protected_tokens: int) -> TokenBudgetExceeded:
+        """In the caller's units: calibrated tokens against the real budget, tools apart."""
+        tools = calibration.calibrated(tools_tokens, factor)
+        return TokenBudgetExceeded(calibration.calibrated(protected_tokens, factor), resolved.tokens, tools)
+
+    ctx = StrategyContext(strategy, blocks, conversation, counts, blocks_budget, unpinned, opts)
     kept_cut = None
     # A previous prompt that left nothing out has no cut to carry (and needs no layout).
     if previous is not None and previous.excluded and opts.cache_stable:
@@ -324,15 +341,18 @@ def shift_context(
     try:
         outcome = info.run(ctx)
     except TokenBudgetExceeded as e:
-        if factor == 1.0:
+        if factor == 1.0 and not tools_tokens:
             raise
-        # Report in the caller's units: calibrated tokens against the real budget.
-        raise TokenBudgetExceeded(calibration.calibrated(e.protected_tokens, factor), resolved.tokens) from e
+        raise over_budget(e.protected_tokens) from e
+    if tools_tokens > raw_budget:  # the plan (for a budget of 0) kept only what is protected
+        raise over_budget(outcome.plan.total)
     # 6. Independent recount of what is sent.
     prompt_tokens = _recount(conversation, resolution.profile, outcome)
     expected = outcome.plan.total + (outcome.summary.tokens if outcome.summary else 0)
-    if prompt_tokens != expected or prompt_tokens > raw_budget:
-        raise InternalError(f"recount gave {prompt_tokens} tokens, the plan {expected}, budget {raw_budget}")
+    if prompt_tokens != expected or prompt_tokens > blocks_budget:
+        raise InternalError(
+            f"recount gave {prompt_tokens} tokens, the plan {expected}, budget {blocks_budget} for blocks"
+        )
 
     cuts = conversation.cuts(resolution.profile)
     truncated = [
@@ -363,6 +383,7 @@ def shift_context(
         summary=outcome.summary,
         relevance=outcome.relevance,
         compaction_usage=outcome.compaction_usage,
+        tools_tokens=tools_tokens,
         decisions=AdjustedDecisions(outcome.plan, outcome.relabel, outcome.summary)
         if adjusted
         else outcome.plan,
@@ -375,17 +396,17 @@ def shift_context(
         ),
     )
     if plugins.interceptors():
-        return _intercepted(result, raw_budget, opts)
+        return _intercepted(result, blocks_budget, opts)
     return result
 
 
-def _intercepted(result: ShiftResult, raw_budget: int, opts: ShiftOptions) -> ShiftResult:
+def _intercepted(result: ShiftResult, budget: int, opts: ShiftOptions) -> ShiftResult:
     """The result after the prompt interceptors: what they return is parsed, counted and shifted
     again (truncate) so it fits; blocks they drop are PLUGIN_EXCLUDED."""
     kept = result.kept
     ids = [d.id for d in kept]
     context = plugins.InterceptorContext(
-        tuple(ids), raw_budget, result.prompt_tokens, result.profile, result.strategy
+        tuple(ids), budget, result.prompt_tokens, result.profile, result.strategy
     )
     protected = {d.id for d in kept if d.reason in PROTECTED_REASONS}
     run = plugins.run_interceptors(result.messages, ids, protected, context, opts.plugin_timeout_ms)
@@ -398,9 +419,9 @@ def _intercepted(result: ShiftResult, raw_budget: int, opts: ShiftOptions) -> Sh
     named = [{**m, "id": block_id} for m, block_id in zip(run.messages, run.ids, strict=True)]
     conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
     counts = conversation.count(result.profile)
-    plan = conversation.plan(counts, raw_budget, [], opts.protect_current_input, opts.start_on_user)
+    plan = conversation.plan(counts, budget, [], opts.protect_current_input, opts.start_on_user)
     prompt_tokens = conversation.recount(result.profile, plan.kept)
-    if prompt_tokens != plan.total or prompt_tokens > raw_budget:
+    if prompt_tokens != plan.total or prompt_tokens > budget:
         raise InternalError(f"recount after interceptors gave {prompt_tokens}, the plan {plan.total}")
 
     diagnostics = result.diagnostics + run.diagnostics

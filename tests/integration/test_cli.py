@@ -249,3 +249,40 @@ def test_serve_help_documents_every_setting() -> None:
     for setting in config.SETTINGS:
         assert setting.flag in text and f"(env {setting.env})" in text, setting.name
     assert "--config" in text and "CONTEXTSHIFT_CONFIG" in text
+
+
+def test_a_file_with_a_repeated_key_is_refused(tmp_path: Path) -> None:
+    conversation = tmp_path / "chat.json"
+    conversation.write_text('[{"role": "user", "role": "assistant", "content": "x"}]')
+    proc = run("preview", str(conversation), "--budget", "300")
+    assert proc.returncode == 1
+    assert "duplicate key 'role' in a JSON object" in proc.stderr
+
+
+def test_preview_takes_the_tool_definitions(tmp_path: Path) -> None:
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"name": "get_order", "input_schema": {"type": "object"}}]))
+    proc = run("preview", str(EXAMPLE), "--budget", "300", "--tools", str(tools), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["tools_tokens"] > 0
+    tools.write_text('[{"input_schema": {}}]')
+    proc = run("preview", str(EXAMPLE), "--budget", "300", "--tools", str(tools))
+    assert proc.returncode == 2 and "error: tools[0].name: missing" in proc.stderr
+
+
+def test_bench_profiles_runs_on_the_shipped_corpus_and_on_stdin() -> None:
+    proc = run("bench-profiles", "--profiles", "heuristic", "o200k_base")
+    assert proc.returncode == 0, proc.stderr
+    assert "heuristic" in proc.stdout and "o200k_base" in proc.stdout and "total drift" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "contextshift", "bench-profiles", "-", "--profiles", "cl100k_base", "--json"],
+        input=EXAMPLE.read_text(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["documents"] == 1 and report["messages"] == 13
+    assert [t["profile"] for t in report["throughput"]] == ["cl100k_base"]

@@ -533,8 +533,62 @@ def test_token_budget_exceeded_is_failed_precondition_with_error_info(channel: g
     code, (info,) = details(caught.value)
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert (info.reason, info.domain) == ("TOKEN_BUDGET_EXCEEDED", "contextshift.v1")
-    assert dict(info.metadata) == {"protected_tokens": info.metadata["protected_tokens"], "budget": "20"}
+    assert dict(info.metadata) == {
+        "protected_tokens": info.metadata["protected_tokens"],
+        "budget": "20",
+        "tools_tokens": "0",
+    }
     assert int(info.metadata["protected_tokens"]) > 20
+
+
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_current_weather",
+            "description": "Get the current weather in a given location",
+            "parameters": {"type": "object", "properties": {"location": {"type": "string"}}},
+        },
+    }
+]
+
+
+def test_tools_json_is_counted_and_taken_from_the_budget(channel: grpc.Channel) -> None:
+    blocks = [{"role": "user", "content": "old " * 170}, {"role": "user", "content": "Weather in Oslo?"}]
+    common = {"blocks_json": json.dumps(blocks), "profile": "o200k_base", "context_limit": 200}
+    without = stub(channel).PreviewContext(pb.PreviewContextRequest(**common, response_reserve=0), timeout=10)
+    assert without.plan.tools_tokens == 0 and not without.plan.excluded
+    request = pb.ShiftContextRequest(**common, response_reserve=0, tools_json=json.dumps(WEATHER_TOOLS))
+    plan = stub(channel).ShiftContext(request, timeout=10).plan
+    library = contextshift.shift_context(blocks, budget=200, profile="o200k_base", tools=WEATHER_TOOLS)
+    assert plan.tools_tokens == library.tools_tokens > 0
+    assert [d.id for d in plan.excluded] == ["#0"]  # the tools left no room for the old message
+    assert plan.prompt_tokens + plan.tools_tokens <= plan.budget
+    # Too small for the tools and the protected input: the numbers, the tools apart.
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(
+            pb.ShiftContextRequest(**{**common, "context_limit": 40}, tools_json=json.dumps(WEATHER_TOOLS)),
+            timeout=10,
+        )
+    code, (info,) = details(caught.value)
+    assert code == grpc.StatusCode.FAILED_PRECONDITION
+    assert info.metadata["tools_tokens"] == str(library.tools_tokens)
+    with pytest.raises(contextshift.TokenBudgetExceeded) as raised:
+        contextshift.Client(channel=channel).shift_context(
+            blocks, budget=20, profile="o200k_base", tools=WEATHER_TOOLS
+        )
+    assert raised.value.tools_tokens == library.tools_tokens
+
+
+def test_bad_tools_json_names_the_field(channel: grpc.Channel) -> None:
+    tools = [WEATHER_TOOLS[0], {"type": "function", "function": {"description": "no name"}}]
+    request = pb.ShiftContextRequest(blocks=TYPED, tools_json=json.dumps(tools))
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(request, timeout=10)
+    assert list(violations(caught.value)) == ["tools_json[1].function.name"]
+    with pytest.raises(contextshift.InvalidTools) as raised:
+        contextshift.Client(channel=channel).shift_context(AS_JSON, budget=1000, tools=tools)
+    assert [v.field for v in raised.value.violations] == ["tools_json[1].function.name"]
 
 
 def test_bad_json_blocks_name_index_and_field(channel: grpc.Channel) -> None:
@@ -600,6 +654,25 @@ def test_malformed_json_is_invalid_argument(channel: grpc.Channel) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         stub(channel).ShiftContext(pb.ShiftContextRequest(blocks_json='[{"role": "user"'), timeout=10)
     assert list(violations(caught.value)) == ["blocks_json"]
+
+
+@pytest.mark.parametrize(
+    ("blocks_json", "field", "description"),
+    [
+        (r'[{"role":"user","content":"a\ud83db"}]', "blocks_json", "unpaired UTF-16 surrogate"),
+        ('[{"role":"user","content":"x","relevance":1e999}]', "blocks_json", "number out of range"),
+        ('[{"role":"user","role":"assistant","content":"x"}]', "blocks[0].role", 'duplicate key "role"'),
+    ],
+)
+def test_json_text_errors_name_what_and_where(
+    channel: grpc.Channel, blocks_json: str, field: str, description: str
+) -> None:
+    """The cases of issue #12 that the reader once answered wrongly, over the wire."""
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).ShiftContext(pb.ShiftContextRequest(blocks_json=blocks_json), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    found = violations(caught.value)
+    assert list(found) == [field] and description in found[field], found
 
 
 def raw_shift(channel: grpc.Channel, encoded: bytes) -> pb.ShiftContextResponse:
@@ -726,6 +799,7 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
         "GetModelConfig",
         "ListModelConfigs",
         "DeleteModelConfig",
+        "BenchmarkProfiles",
     }
 
 
@@ -794,3 +868,35 @@ def test_concurrent_calls_all_answered(channel: grpc.Channel) -> None:
     for t in threads:
         t.join()
     assert len(results) == 16 and len(set(results)) == 1
+
+
+def test_benchmark_profiles_on_the_callers_corpus(channel: grpc.Channel) -> None:
+    request = pb.BenchmarkProfilesRequest(
+        documents=[json.dumps(AS_JSON), "A paragraph of plain text.\n\nAnd another one."],
+        profiles=["heuristic", "gpt-4o"],
+    )
+    response = stub(channel).BenchmarkProfiles(request, timeout=60)
+    assert (response.documents, response.messages) == (2, len(AS_JSON) + 2)
+    assert [t.profile for t in response.throughput] == ["heuristic", "o200k_base"]
+    assert all(
+        t.tokens > 0 and t.single_thread_mb_per_s > 0 and t.batch_mb_per_s > 0 for t in response.throughput
+    )
+    [accuracy] = response.accuracy
+    assert (accuracy.profile, accuracy.reference) == ("heuristic", "o200k_base")
+    assert accuracy.messages > 0 and accuracy.p95_relative_error > 0
+    # No documents: the sample corpus shipped with the server.
+    sample = stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(profiles=["heuristic"]), timeout=60)
+    assert sample.documents == 4
+
+
+def test_benchmark_profiles_is_bounded_and_names_bad_fields(channel: grpc.Channel) -> None:
+    too_large = pb.BenchmarkProfilesRequest(documents=["x" * (1 << 20), "y"], profiles=["heuristic"])
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(too_large, timeout=60)
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(profiles=["nope"]), timeout=60)
+    assert list(violations(caught.value)) == ["profiles[0]"]
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).BenchmarkProfiles(pb.BenchmarkProfilesRequest(documents=["[]"]), timeout=60)
+    assert list(violations(caught.value)) == ["corpus"]

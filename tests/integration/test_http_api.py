@@ -208,10 +208,10 @@ def test_budget_exceeded_is_422_with_the_numbers(http: httpx.Client) -> None:
     )
     error = error_of(response, 422, "FAILED_PRECONDITION")
     assert error["reason"] == "TOKEN_BUDGET_EXCEEDED"
-    assert error["budget"] == 20 and error["protected_tokens"] == 32
+    assert error["budget"] == 20 and error["protected_tokens"] == 32 and error["tools_tokens"] == 0
     (info,) = error["details"]
     assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
-    assert info["metadata"] == {"protected_tokens": str(error["protected_tokens"]), "budget": "20"}
+    assert info["metadata"] == {"protected_tokens": "32", "budget": "20", "tools_tokens": "0"}
 
 
 @pytest.mark.parametrize(

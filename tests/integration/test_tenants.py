@@ -39,6 +39,7 @@ REQUESTS: dict[str, Any] = {
     "GetModelConfig": pb.GetModelConfigRequest(model="m"),
     "ListModelConfigs": pb.ListModelConfigsRequest(),
     "DeleteModelConfig": pb.DeleteModelConfigRequest(model="m"),
+    "BenchmarkProfiles": pb.BenchmarkProfilesRequest(documents=["hello there"], profiles=["heuristic"]),
 }
 BODIES: dict[str, Any] = {
     "ShiftContext": {"blocksJson": TEXT, "chatId": "chat-1"},

@@ -1,24 +1,28 @@
-//! The process-wide count cache: text token counts keyed by (profile, content hash), least
-//! recently used out first, within a memory bound. A chat that resends its history recounts only
-//! what is new, and a text counted by one request (a shift, a CountTokens) is free for the next.
+//! The process-wide count cache: text token counts keyed by (profile, content hash), within a
+//! memory bound, the entries not used for longest out first. A chat that resends its history
+//! recounts only what is new, and a text counted by one request (a shift, a CountTokens) is free
+//! for the next.
 //!
 //! Keys are 128-bit XXH3 hashes of the text seeded with the profile's cache id, so no text is
 //! stored; a false hit needs a 128-bit collision. The cache is sharded so parallel counting
-//! threads rarely wait on one another.
+//! threads rarely wait on one another. Each shard keeps two generations of plain hash maps
+//! instead of an LRU list: a hit costs one probe and writes nothing (an LRU relinks three list
+//! nodes per hit, a cache miss each on a large cache); an entry used in the current generation
+//! or the one before survives the next turnover, so the bound still drops the least recently
+//! used generation first.
 
-use lru::LruCache;
-use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use rustc_hash::FxHashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use xxhash_rust::xxh3::xxh3_128_with_seed;
 
 const SHARDS: usize = 16;
 
-/// Bytes one entry costs: the 16-byte key and 4-byte count, plus the LRU list links and hash
-/// table slot (measured layout of `lru::LruCache<u128, u32>`, rounded up).
-pub const ENTRY_BYTES: usize = 64;
+/// Bytes one entry may cost: a hash table slot of the 16-byte key and 4-byte count (32 bytes
+/// aligned, and a control byte), in a table at most 7/8 full that may just have doubled.
+pub const ENTRY_BYTES: usize = 80;
 
-/// Default bound: 64 MiB, about a million cached texts. `CONTEXTSHIFT_COUNT_CACHE_BYTES`
+/// Default bound: 64 MiB, at least 800,000 cached texts. `CONTEXTSHIFT_COUNT_CACHE_BYTES`
 /// overrides it at start; `configure` changes it at run time.
 pub const DEFAULT_CAPACITY_BYTES: usize = 64 << 20;
 
@@ -42,26 +46,71 @@ impl CacheStats {
 }
 
 pub struct CountCache {
-    shards: Vec<Mutex<LruCache<u128, u32>>>,
+    shards: Vec<Mutex<Shard>>,
     capacity_bytes: AtomicUsize,
-    hits: AtomicU64,
-    misses: AtomicU64,
 }
 
-fn shard_capacity(capacity_bytes: usize) -> NonZeroUsize {
-    NonZeroUsize::new(capacity_bytes / ENTRY_BYTES / SHARDS).unwrap_or(NonZeroUsize::MIN)
+/// Two generations of entries: lookups try `current`, then `previous` (moving a hit into
+/// `current`); when `current` holds `generation` entries it becomes `previous`, and the old
+/// `previous` is dropped. At most `2 * generation` entries, the shard's share of the bound.
+#[derive(Default)]
+struct Shard {
+    current: FxHashMap<u128, u32>,
+    previous: FxHashMap<u128, u32>,
+    generation: usize,
+    // Counted under the shard's lock, so the counting threads share no counter.
+    hits: u64,
+    misses: u64,
+}
+
+impl Shard {
+    fn with_capacity(capacity_bytes: usize) -> Shard {
+        let mut shard = Shard::default();
+        shard.resize(capacity_bytes);
+        shard
+    }
+
+    fn resize(&mut self, capacity_bytes: usize) {
+        self.generation = (capacity_bytes / ENTRY_BYTES / SHARDS / 2).max(1);
+        if self.current.len() > self.generation || self.previous.len() > self.generation {
+            self.previous.clear();
+            self.current.clear();
+        }
+    }
+
+    fn get(&mut self, key: u128) -> Option<u32> {
+        if let Some(&count) = self.current.get(&key) {
+            return Some(count);
+        }
+        let count = self.previous.remove(&key)?;
+        self.insert(key, count);
+        Some(count)
+    }
+
+    fn insert(&mut self, key: u128, count: u32) {
+        if self.current.len() >= self.generation {
+            self.previous = std::mem::take(&mut self.current);
+        }
+        self.current.insert(key, count);
+    }
+
+    fn len(&self) -> usize {
+        self.current.len() + self.previous.len()
+    }
+
+    fn clear(&mut self) {
+        self.current = FxHashMap::default();
+        self.previous = FxHashMap::default();
+        (self.hits, self.misses) = (0, 0);
+    }
 }
 
 impl CountCache {
     pub fn new(capacity_bytes: usize) -> Self {
-        let per_shard = shard_capacity(capacity_bytes);
         CountCache {
-            // Unbounded maps sized by `resize` would allocate the whole bound up front; an LRU
-            // with a cap grows as entries arrive.
-            shards: (0..SHARDS).map(|_| Mutex::new(LruCache::new(per_shard))).collect(),
+            // The maps grow as entries arrive; nothing of the bound is allocated up front.
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::with_capacity(capacity_bytes))).collect(),
             capacity_bytes: AtomicUsize::new(capacity_bytes),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
         }
     }
 
@@ -73,29 +122,33 @@ impl CountCache {
         }
         let key = xxh3_128_with_seed(text.as_bytes(), cache_id);
         let shard = &self.shards[(key as usize) % SHARDS];
-        if let Some(&hit) = lock(shard).get(&key) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return u64::from(hit);
+        {
+            let mut shard = lock(shard);
+            if let Some(hit) = shard.get(key) {
+                shard.hits += 1;
+                return u64::from(hit);
+            }
+            shard.misses += 1;
         }
-        self.misses.fetch_add(1, Ordering::Relaxed);
         let tokens = count(text);
         // A count beyond u32 (a text of gigabytes) is not worth a slot.
         if let Ok(small) = u32::try_from(tokens) {
-            lock(shard).put(key, small);
+            lock(shard).insert(key, small);
         }
         tokens
     }
 
-    /// Sets the memory bound, evicting least recently used entries if it shrank. Zero turns the
-    /// cache off.
+    /// Sets the memory bound (dropping every entry if the shards hold more than it allows).
+    /// Zero turns the cache off.
     pub fn configure(&self, capacity_bytes: usize) {
         self.capacity_bytes.store(capacity_bytes, Ordering::Relaxed);
-        let per_shard = shard_capacity(capacity_bytes);
         for shard in &self.shards {
             let mut shard = lock(shard);
-            shard.resize(per_shard);
+            shard.resize(capacity_bytes);
             if capacity_bytes == 0 {
+                let (hits, misses) = (shard.hits, shard.misses);
                 shard.clear();
+                (shard.hits, shard.misses) = (hits, misses);
             }
         }
     }
@@ -105,17 +158,18 @@ impl CountCache {
         for shard in &self.shards {
             lock(shard).clear();
         }
-        self.hits.store(0, Ordering::Relaxed);
-        self.misses.store(0, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            entries: self.shards.iter().map(|s| lock(s).len()).sum(),
-            capacity_bytes: self.capacity_bytes.load(Ordering::Relaxed),
+        let mut stats =
+            CacheStats { capacity_bytes: self.capacity_bytes.load(Ordering::Relaxed), ..CacheStats::default() };
+        for shard in &self.shards {
+            let shard = lock(shard);
+            stats.hits += shard.hits;
+            stats.misses += shard.misses;
+            stats.entries += shard.len();
         }
+        stats
     }
 }
 
@@ -159,12 +213,24 @@ mod tests {
     }
 
     #[test]
-    fn the_memory_bound_evicts_least_recently_used() {
+    fn the_memory_bound_holds_and_drops_what_was_not_used() {
         let cache = CountCache::new(SHARDS * ENTRY_BYTES * 2); // two entries per shard
         for i in 0..1000 {
             cache.get_or_count(7, &i.to_string(), |t| t.len() as u64);
         }
         assert!(cache.stats().entries <= SHARDS * 2);
+        // A text in use survives any number of others passing through its shard.
+        let big = CountCache::new(SHARDS * ENTRY_BYTES * 8);
+        let calls = Cell::new(0);
+        for i in 0..2000 {
+            big.get_or_count(7, "kept in use", |_| {
+                calls.set(calls.get() + 1);
+                1
+            });
+            big.get_or_count(7, &i.to_string(), |t| t.len() as u64);
+        }
+        assert_eq!(calls.get(), 1);
+        assert!(big.stats().entries <= SHARDS * 8);
         cache.configure(0);
         assert_eq!(cache.stats().entries, 0);
         let calls = Cell::new(0);

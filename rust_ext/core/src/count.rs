@@ -1,17 +1,79 @@
 //! Block and text token counts, in parallel once a batch holds enough text to pay for it.
 
 use crate::block::Block;
-use crate::profile::Profile;
+use crate::json_text::to_json_text;
+use crate::profile::{Profile, ToolRule};
+use crate::tools::Tool;
 use rayon::prelude::*;
 
-/// DESIGN.md §4: framing + text pieces + participant name + tool-call names and arguments +
-/// images, each piece counted on its own.
+/// DESIGN.md §4: framing + text pieces + participant name + tool calls (their framing, names and
+/// arguments) + images, each piece counted on its own.
 pub fn block_tokens(profile: &Profile, block: &Block) -> u64 {
     let text: u64 = block.pieces.iter().map(|p| profile.text_tokens(p)).sum();
-    let calls: u64 = block.calls.iter().map(|c| profile.text_tokens(&c.name) + profile.text_tokens(&c.arguments)).sum();
+    let calls: u64 = block
+        .calls
+        .iter()
+        .map(|c| profile.call_overhead() + profile.text_tokens(&c.name) + profile.text_tokens(&c.arguments))
+        .sum();
     let images: u64 = block.images.iter().map(|i| profile.image_tokens(i)).sum();
     let name = block.name.as_deref().map_or(0, |n| profile.name_tokens(n));
     profile.block_overhead(block.role) + text + name + calls + images
+}
+
+/// Tokens the tool definitions sent with a prompt take, by the profile's rule (`ToolRule`).
+pub fn tools_tokens(profile: &Profile, tools: &[Tool]) -> u64 {
+    let json_text: u64 = tools.iter().map(|tool| profile.text_tokens(&tool.json)).sum();
+    match profile.tool_rule() {
+        ToolRule::JsonText => json_text,
+        ToolRule::AnthropicToolUse { system_prompt } if !tools.is_empty() => system_prompt + json_text,
+        ToolRule::AnthropicToolUse { .. } => 0,
+        ToolRule::OpenAiFunctions { func_init } => openai_functions(profile, tools, func_init),
+    }
+}
+
+/// The cookbook's `num_tokens_for_tools` (see `ToolRule::OpenAiFunctions`) over the functions;
+/// built-in tools (web search, ...) count as their JSON text. Beyond the formula, which reads only
+/// a property's type, description and enum, each other keyword of a property schema (`items`,
+/// `properties`, `anyOf`, `default`, ...) adds the tokens of its name and JSON text.
+fn openai_functions(profile: &Profile, tools: &[Tool], func_init: u64) -> u64 {
+    const PROP_INIT: i64 = 3;
+    const PROP_KEY: i64 = 3;
+    const ENUM_INIT: i64 = -3;
+    const ENUM_ITEM: i64 = 3;
+    const FUNC_END: i64 = 12;
+    let tokens = |text: &str| profile.text_tokens(text) as i64;
+    let text_of = |value: &serde_json::Value| value.as_str().map_or_else(|| to_json_text(value), str::to_owned);
+    let no_period = |text: &str| text.strip_suffix('.').unwrap_or(text).to_owned();
+    let mut total = 0i64;
+    let mut functions = false;
+    for tool in tools {
+        if !tool.function {
+            total += tokens(&tool.json);
+            continue;
+        }
+        functions = true;
+        total += func_init as i64 + tokens(&format!("{}:{}", tool.name, no_period(&tool.description)));
+        if !tool.properties.is_empty() {
+            total += PROP_INIT;
+        }
+        for (key, schema) in &tool.properties {
+            total += PROP_KEY;
+            let kind = schema.get("type").map(text_of).unwrap_or_default();
+            let description = schema.get("description").map(text_of).unwrap_or_default();
+            if let Some(items) = schema.get("enum").and_then(|e| e.as_array()) {
+                total += ENUM_INIT + items.iter().map(|item| ENUM_ITEM + tokens(&text_of(item))).sum::<i64>();
+            }
+            total += tokens(&format!("{key}:{kind}:{}", no_period(&description)));
+            let others = schema.as_object().into_iter().flatten();
+            for (keyword, value) in others.filter(|(k, _)| !matches!(k.as_str(), "type" | "description" | "enum")) {
+                total += tokens(keyword) + tokens(&to_json_text(value));
+            }
+        }
+    }
+    if functions {
+        total += FUNC_END;
+    }
+    total.max(0) as u64
 }
 
 /// Maps `count` over `items`, across the thread pool when their total size (by `bytes`) is worth
@@ -42,10 +104,15 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
     batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b))
 }
 
-/// Text tokens of each text, in order.
-#[cfg(test)]
-fn count_texts(profile: &Profile, texts: &[&str]) -> Vec<u64> {
-    batch(profile, texts, |t| t.len(), |t| profile.text_tokens(t))
+/// Text tokens of each text, in order, counted afresh (the count cache is neither read nor
+/// filled): on the calling thread, or as a batch (across the pool once it holds enough text). What
+/// a throughput measurement needs (`contextshift bench-profiles`).
+pub fn count_texts_fresh(profile: &Profile, texts: &[&str], as_batch: bool) -> Vec<u64> {
+    if as_batch {
+        batch(profile, texts, |t| t.len(), |t| profile.text_tokens_fresh(t))
+    } else {
+        texts.iter().map(|t| profile.text_tokens_fresh(t)).collect()
+    }
 }
 
 #[cfg(test)]
@@ -91,14 +158,81 @@ mod tests {
         assert_eq!(block_tokens(&p, &b), 4 + 2 + 1 + p.text_tokens("alice"));
     }
 
+    /// The worked example of the OpenAI cookbook "How to count tokens with tiktoken", section 7
+    /// "Counting tokens for chat completions with tool calls" (github.com/openai/openai-cookbook,
+    /// examples/How_to_count_tokens_with_tiktoken.ipynb): the API counted 101 prompt tokens for
+    /// gpt-4o and gpt-4o-mini (o200k_base), 105 for gpt-3.5-turbo and gpt-4 (cl100k_base).
+    #[test]
+    fn openai_cookbook_tools_example() {
+        let tools = serde_json::json!([{
+            "type": "function",
+            "function": {
+                "name": "get_current_weather",
+                "description": "Get the current weather in a given location",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "location": {"type": "string", "description": "The city and state, e.g. San Francisco, CA"},
+                        "unit": {
+                            "type": "string",
+                            "description": "The unit of temperature to return",
+                            "enum": ["celsius", "fahrenheit"]
+                        }
+                    },
+                    "required": ["location"]
+                }
+            }
+        }]);
+        let tools = crate::tools::parse_tools(&tools.as_array().unwrap().iter().collect::<Vec<_>>(), "tools").unwrap();
+        let messages = [
+            block(Role::System, &["You are a helpful assistant that can answer to questions about the weather."]),
+            block(Role::User, &["What's the weather like in San Francisco?"]),
+        ];
+        for (profile, api_count) in [("o200k_base", 101), ("cl100k_base", 105)] {
+            let p = profile_by_name(profile).unwrap();
+            let prompt: u64 = messages.iter().map(|b| block_tokens(&p, b)).sum::<u64>() + p.prompt_overhead();
+            assert_eq!(prompt + tools_tokens(&p, &tools), api_count, "{profile}");
+        }
+    }
+
+    #[test]
+    fn tool_rules_by_profile() {
+        let tools = serde_json::json!([
+            {"name": "get", "description": "Gets.", "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+            {"type": "web_search"}
+        ]);
+        let tools = crate::tools::parse_tools(&tools.as_array().unwrap().iter().collect::<Vec<_>>(), "tools").unwrap();
+        let h = profile_by_name("heuristic").unwrap();
+        let json_text: u64 = tools.iter().map(|t| h.text_tokens(&t.json)).sum();
+        assert_eq!(tools_tokens(&h, &tools), json_text);
+        assert_eq!(tools_tokens(&profile_by_name("anthropic").unwrap(), &tools), 346 + json_text);
+        assert_eq!(tools_tokens(&profile_by_name("anthropic").unwrap(), &[]), 0);
+        let o = profile_by_name("o200k_base").unwrap();
+        // get: 7 + "get:Gets" + 3 + (3 + "q:string:"), web_search: its JSON text, then 12.
+        let expected =
+            7 + o.text_tokens("get:Gets") + 3 + 3 + o.text_tokens("q:string:") + o.text_tokens(&tools[1].json) + 12;
+        assert_eq!(tools_tokens(&o, &tools), expected);
+        assert_eq!(tools_tokens(&o, &[]), 0);
+    }
+
+    #[test]
+    fn tool_calls_carry_the_openai_call_framing_and_the_heuristic_none() {
+        let mut b = block(Role::Assistant, &[]);
+        b.calls.push(ToolCall { id: "c".to_owned(), name: "get".to_owned(), arguments: "{}".to_owned() });
+        let o = profile_by_name("o200k_base").unwrap();
+        assert_eq!(block_tokens(&o, &b), 4 + 3 + o.text_tokens("get") + o.text_tokens("{}"));
+        assert_eq!(block_tokens(&profile_by_name("heuristic").unwrap(), &b), 4 + 1 + 1);
+    }
+
     #[test]
     fn parallel_and_serial_counts_agree() {
         let p = profile_by_name("cl100k_base").unwrap();
         let texts: Vec<String> =
             (0..2000).map(|i| format!("message {i}: the quick brown fox {}", "ü".repeat(i % 7))).collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let batched = count_texts(&p, &refs);
+        let batched = count_texts_fresh(&p, &refs, true);
         let serial: Vec<u64> = refs.iter().map(|t| p.text_tokens(t)).collect();
         assert_eq!(batched, serial);
+        assert_eq!(count_texts_fresh(&p, &refs, false), serial);
     }
 }

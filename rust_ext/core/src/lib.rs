@@ -5,8 +5,11 @@
 //! The exact behaviour is specified in `docs/semantics.md`.
 
 pub mod block;
+#[cfg(feature = "counting")]
 pub mod cache;
+#[cfg(feature = "counting")]
 pub mod count;
+#[cfg(feature = "counting")]
 pub mod counter;
 pub mod group;
 pub mod image;
@@ -14,15 +17,19 @@ pub mod json_doc;
 pub mod json_text;
 pub mod parse;
 pub mod plan;
+#[cfg(feature = "counting")]
 pub mod profile;
 pub mod relevance;
+pub mod tools;
 pub mod wire;
 
 pub use block::{Block, Image, Kind, Role, ToolCall};
+#[cfg(feature = "counting")]
 pub use count::{block_tokens, count_blocks};
 pub use group::Groups;
 pub use parse::{
     parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, Node, Shape, Violation,
 };
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
+#[cfg(feature = "counting")]
 pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};

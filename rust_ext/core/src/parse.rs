@@ -149,7 +149,7 @@ pub struct Violation {
 }
 
 /// A block cut by the char cap: the block as it was, and its message with the cut text in place.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct CharCut {
     pub index: usize,
     pub original: Block,
@@ -206,50 +206,71 @@ pub fn parse_conversation<N: Node>(
     let mut cuts = Vec::new();
     let mut violations = Vec::new();
     // Every block with a readable id takes part in the duplicate check, including blocks with
-    // other errors, so one request reports every problem.
-    let mut first_index: FxHashMap<String, usize> =
-        FxHashMap::with_capacity_and_hasher(nodes.len(), Default::default());
-    let mut duplicate = |id: String, index: usize, violations: &mut Vec<Violation>| {
-        if let Some(first) = first_index.insert(id.clone(), index) {
-            violations.push(Violation {
-                index,
-                field: format!("{list_name}[{index}].id"),
-                description: format!("duplicate id {id:?} (also block {first})"),
-            });
-        }
-    };
+    // other errors, so one request reports every problem. The check runs after the loop over
+    // borrowed ids: no id is copied for it.
+    let mut ids: Vec<(usize, Id)> = Vec::with_capacity(nodes.len());
     for (index, node) in nodes.iter().enumerate() {
         let block = match parse_block(node, index, list_name) {
             Ok(block) => block,
             Err(v) => {
-                if let Some(id) = readable_id(node, index) {
-                    duplicate(id, index, &mut violations);
-                }
+                ids.extend(readable_id(node, index).map(|id| (index, Id::Owned(id))));
                 violations.extend(v);
                 continue;
             }
         };
-        duplicate(block.id.clone(), index, &mut violations);
         // Bytes bound code points from above, so most blocks skip the code point count.
         let max_chars = cap.of(&block);
         let bytes: usize = block.pieces.iter().map(String::len).sum();
         if bytes <= max_chars || block.char_count() <= max_chars {
+            ids.push((index, Id::Parsed(blocks.len())));
             blocks.push(block);
             continue;
         }
         match cut_block(node, index, list_name, max_chars) {
             Ok((cut_block, cut)) => {
+                ids.push((index, Id::Parsed(blocks.len())));
                 blocks.push(cut_block);
                 cuts.push(cut);
             }
-            Err(v) => violations.extend(v),
+            Err(v) => {
+                ids.push((index, Id::Owned(block.id)));
+                violations.extend(v);
+            }
         }
     }
-    if violations.is_empty() {
-        Ok(Conversation { blocks, cuts })
-    } else {
-        Err(violations)
+    let mut all = duplicate_ids(&ids, &blocks, list_name);
+    if all.is_empty() && violations.is_empty() {
+        return Ok(Conversation { blocks, cuts });
     }
+    all.extend(violations);
+    all.sort_by_key(|v| v.index); // stable: a block's duplicate id before its other violations
+    Err(all)
+}
+
+/// A block's id for the duplicate check: of a parsed block, or read from a block that failed.
+enum Id {
+    Parsed(usize),
+    Owned(String),
+}
+
+/// A violation for each block whose id an earlier block has (naming the latest such block).
+fn duplicate_ids(ids: &[(usize, Id)], blocks: &[Block], list_name: &str) -> Vec<Violation> {
+    let mut last_index: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
+    let mut duplicates = Vec::new();
+    for (index, id) in ids {
+        let id = match id {
+            Id::Parsed(position) => blocks[*position].id.as_str(),
+            Id::Owned(id) => id.as_str(),
+        };
+        if let Some(first) = last_index.insert(id, *index) {
+            duplicates.push(Violation {
+                index: *index,
+                field: format!("{list_name}[{index}].id"),
+                description: format!("duplicate id {id:?} (also block {first})"),
+            });
+        }
+    }
+    duplicates
 }
 
 /// [`parse_conversation`] over JSON values, for tests.
@@ -357,6 +378,7 @@ macro_rules! read_fields {
         });
     };
 }
+pub(crate) use read_fields;
 
 /// The id a block that failed to parse would have had: given (a non-empty string) or `#<index>`.
 fn readable_id<N: Node>(node: &N, index: usize) -> Option<String> {

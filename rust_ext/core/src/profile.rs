@@ -41,6 +41,40 @@ pub struct Framing {
     /// Tokens the prompt costs once: begin-of-text and the reply priming.
     pub prompt: u64,
     pub images: ImageRule,
+    /// Tokens framing each tool call a message issues, beyond its name and arguments.
+    pub call: u64,
+    /// How the tool definitions sent with the prompt are counted.
+    pub tools: ToolRule,
+}
+
+/// How a chat format charges for the tool definitions sent with a prompt (`count::tools_tokens`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolRule {
+    /// OpenAI's function-definition formula: the cookbook "How to count tokens with tiktoken",
+    /// section "Counting tokens for chat completions with tool calls" (`num_tokens_for_tools`).
+    /// Per function `func_init` + tokens of `name:description`; when it has properties, 3, then
+    /// per property 3 + tokens of `key:type:description` (a trailing period dropped from each
+    /// description), and an enum -3 + per item 3 + its tokens; 12 once after the functions.
+    OpenAiFunctions { func_init: u64 },
+    /// Anthropic: the tool-use system prompt its pricing page lists (with `tool_choice` auto),
+    /// once when there are tools, plus each definition's JSON text.
+    AnthropicToolUse { system_prompt: u64 },
+    /// Each definition's JSON text: the chat template's own rendering is not read.
+    JsonText,
+}
+
+impl ToolRule {
+    pub fn describe(&self) -> String {
+        match self {
+            ToolRule::OpenAiFunctions { func_init } => {
+                format!("OpenAI cookbook num_tokens_for_tools (func_init {func_init}, prop 3, enum -3 + 3 per item, end 12)")
+            }
+            ToolRule::AnthropicToolUse { system_prompt } => {
+                format!("Anthropic tool-use system prompt ({system_prompt}) + each definition's JSON text")
+            }
+            ToolRule::JsonText => "each definition's JSON text".to_owned(),
+        }
+    }
 }
 
 impl Framing {
@@ -109,6 +143,15 @@ impl Profile {
         }
     }
 
+    /// `text_tokens` without the count cache: the tokenizer's own work.
+    pub fn text_tokens_fresh(&self, text: &str) -> u64 {
+        if text.is_empty() {
+            0
+        } else {
+            self.counter.count(text)
+        }
+    }
+
     pub fn image_tokens(&self, image: &Image) -> u64 {
         self.info.framing.images.tokens(image)
     }
@@ -127,6 +170,15 @@ impl Profile {
     /// Tokens the prompt costs once (begin-of-text, reply priming).
     pub fn prompt_overhead(&self) -> u64 {
         self.info.framing.prompt
+    }
+
+    /// Tokens framing one tool call in a message, beyond its name and arguments.
+    pub fn call_overhead(&self) -> u64 {
+        self.info.framing.call
+    }
+
+    pub fn tool_rule(&self) -> ToolRule {
+        self.info.framing.tools
     }
 
     pub fn parallel_min_bytes(&self) -> usize {
@@ -210,15 +262,33 @@ const HEURISTIC_FRAMING: Framing = Framing {
     name: None,
     prompt: 0,
     images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+    call: 0,
+    tools: ToolRule::JsonText,
 };
+
+/// Tool definitions and calls counted generically (as the heuristic does): what a chat template's
+/// profile takes, since the template's rendering of tools is not read.
+const GENERIC_TOOL_FRAMING: Framing = HEURISTIC_FRAMING;
 
 /// OpenAI's published counting rule ("How to count tokens with tiktoken", num_tokens_from_messages,
 /// for gpt-3.5-turbo-0613 onwards, GPT-4, GPT-4o): 3 tokens per message plus the role's own token
 /// (system, user, assistant and tool are one token each in both vocabularies), 1 per name on top
-/// of its text, and 3 for the reply priming `<|start|>assistant<|message|>`.
-const OPENAI_FRAMING: Framing = Framing { message: [4; 4], name: Some(1), prompt: 3, images: ImageRule::OpenAiTiles };
+/// of its text, and 3 for the reply priming `<|start|>assistant<|message|>`. A tool call is
+/// rendered as a message of its own (`<|start|>…<|message|>…<|end|>`), so it costs that message's
+/// 3 beyond its name and arguments. Tool definitions: the cookbook's `num_tokens_for_tools` with
+/// gpt-4o's constants (o200k_base); cl100k_base takes gpt-4's `func_init`.
+const OPENAI_FRAMING: Framing = Framing {
+    message: [4; 4],
+    name: Some(1),
+    prompt: 3,
+    images: ImageRule::OpenAiTiles,
+    call: 3,
+    tools: ToolRule::OpenAiFunctions { func_init: 7 },
+};
 const OPENAI_FRAMING_SOURCE: &str = "OpenAI cookbook, How to count tokens with tiktoken: 3 per message + role \
-                                     token, 1 per name, 3 reply priming; OpenAI vision guide for images";
+                                     token, 1 per name, 3 reply priming, 3 per tool call (a message of its \
+                                     own); tool definitions by its num_tokens_for_tools; OpenAI vision guide \
+                                     for images";
 
 fn bundled(name: &str, nfc: bool) -> Result<Box<dyn TextCounter>, String> {
     let tokenizer = splintr::pretrained::from_pretrained(name)
@@ -261,8 +331,15 @@ static BUILTINS: &[Builtin] = &[
         source: "heuristic text count: Anthropic publishes no tokenizer for current Claude models",
         licence: "Apache-2.0 (contextshift)",
         vocab_size: None,
-        framing: Framing { images: ImageRule::AnthropicArea, ..HEURISTIC_FRAMING },
-        framing_source: "heuristic framing; Anthropic vision guide for images (width*height/750)",
+        // Tool use: "Tool use system prompt token count" in Anthropic's pricing documentation, 346
+        // for tool_choice auto or none (Claude Opus 4 and 4.1, Sonnet 4 and 4.5, Sonnet 3.7).
+        framing: Framing {
+            images: ImageRule::AnthropicArea,
+            tools: ToolRule::AnthropicToolUse { system_prompt: 346 },
+            ..HEURISTIC_FRAMING
+        },
+        framing_source: "heuristic framing; Anthropic vision guide for images (width*height/750); tool use: \
+                         Anthropic pricing, tool-use system prompt 346 (tool_choice auto)",
         load: || Ok(Box::new(Heuristic)),
     },
     Builtin {
@@ -281,7 +358,7 @@ static BUILTINS: &[Builtin] = &[
         source: "OpenAI cl100k_base ranks (tiktoken), bundled by the splintr-vocab-cl100k crate",
         licence: "MIT (tiktoken)",
         vocab_size: Some(100_277),
-        framing: OPENAI_FRAMING,
+        framing: Framing { tools: ToolRule::OpenAiFunctions { func_init: 10 }, ..OPENAI_FRAMING },
         framing_source: OPENAI_FRAMING_SOURCE,
         load: || bundled("cl100k_base", false),
     },
@@ -299,6 +376,7 @@ static BUILTINS: &[Builtin] = &[
             name: None,
             prompt: 3,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            ..GENERIC_TOOL_FRAMING
         },
         framing_source: "Qwen chat template (ChatML): 5 per message, +4 tool_response tags, reply priming \
                          <|im_start|>assistant\\n = 3; images: no text-tokenizer rule, 765 flat",
@@ -317,6 +395,7 @@ static BUILTINS: &[Builtin] = &[
             name: None,
             prompt: 2,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            ..GENERIC_TOOL_FRAMING
         },
         framing_source: "DeepSeek V3 chat template: system 0, user 1, assistant 2, tool 4; BOS + \
                          <｜Assistant｜> priming = 2; images: 765 flat",
@@ -335,6 +414,7 @@ static BUILTINS: &[Builtin] = &[
             name: None,
             prompt: 1,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            ..GENERIC_TOOL_FRAMING
         },
         framing_source: "Mistral instruct format (mistral-common, V7 Tekken): system 2, user 2, assistant 1 \
                          (</s>), tool 2; BOS = 1, no reply priming; images: 765 flat",
@@ -353,6 +433,7 @@ static BUILTINS: &[Builtin] = &[
             name: None,
             prompt: 5,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            ..GENERIC_TOOL_FRAMING
         },
         framing_source: "Llama 3 chat template: 5 per message; <|begin_of_text|> + \
                          <|start_header_id|>assistant<|end_header_id|>\\n\\n priming = 5; images: 765 flat",

@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -21,14 +21,14 @@ from google.protobuf import json_format, struct_pb2, timestamp_pb2
 from google.protobuf.message import DecodeError
 
 import contextshift
-from contextshift import calibration, engine
+from contextshift import calibration, engine, profile_bench
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
 from contextshift.api import history, provider_messages
 from contextshift.api.errors import RequestError, invalid
 from contextshift.audit.store import ModelConfig, Role, StoredBlock
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.diagnostics import CompactionUsage
-from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions
+from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions, InvalidTools
 from contextshift.options import COMMON, OptionSpec
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
@@ -441,6 +441,7 @@ def encode_plan(
             for r in result.relevance
         ],
         compaction_usage=_compaction_usage(result.compaction_usage),
+        tools_tokens=result.tools_tokens,
     )
     return EncodedPlan(
         plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)
@@ -509,7 +510,10 @@ def shift(
             calibration_source=store,
             known_tokens=joined.known_tokens if joined else None,
             previous=store.previous_prompt(request.chat_id) if request.chat_id else None,
+            tools=request.tools_json or None,
         )
+    except InvalidTools as e:
+        raise _renamed(e, lambda field: re.sub(r"^tools\b", "tools_json", field)) from e
     except InvalidInput as e:
         if joined and any(v.field == "blocks_json" for v in e.violations):
             history.request_texts(blocks_json)  # the request's own error, at its own offsets
@@ -568,4 +572,28 @@ def strategies() -> context_service_pb2.ListStrategiesResponse:
             for s in list_strategies()
         ],
         common_options=[_option_message(o) for o in COMMON],
+    )
+
+
+def benchmark_profiles(
+    request: context_service_pb2.BenchmarkProfilesRequest,
+) -> context_service_pb2.BenchmarkProfilesResponse:
+    """Run BenchmarkProfiles: the corpus (or the sample one), bounded by `profile_bench`'s limits;
+    an oversized corpus is RESOURCE_EXHAUSTED."""
+    try:
+        data = (
+            profile_bench.corpus((f"documents[{i}]", d.encode()) for i, d in enumerate(request.documents))
+            if request.documents
+            else profile_bench.sample_corpus()
+        )
+    except profile_bench.CorpusTooLarge as e:
+        raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)) from e
+    report = profile_bench.run(data, list(request.profiles) or None)
+    return context_service_pb2.BenchmarkProfilesResponse(
+        documents=report.documents,
+        messages=report.messages,
+        bytes=report.bytes,
+        throughput=[context_service_pb2.ProfileThroughput(**asdict(t)) for t in report.throughput],
+        accuracy=[context_service_pb2.ProfileAccuracy(**asdict(a)) for a in report.accuracy],
+        skipped=report.skipped,
     )

@@ -81,7 +81,11 @@ def _with_reason(
 def status_for(error: Exception) -> grpc.Status | None:
     """The status for an error the API expects, or None for a bug."""
     if isinstance(error, TokenBudgetExceeded):
-        metadata = {"protected_tokens": str(error.protected_tokens), "budget": str(error.budget)}
+        metadata = {
+            "protected_tokens": str(error.protected_tokens),
+            "budget": str(error.budget),
+            "tools_tokens": str(error.tools_tokens),
+        }
         return _with_reason(grpc.StatusCode.FAILED_PRECONDITION, str(error), error.code, metadata)
     if isinstance(error, StaleGeneration):
         metadata = {"generation_id": error.generation_id, "current_generation_id": error.current or ""}

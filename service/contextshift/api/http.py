@@ -6,8 +6,8 @@ A request body is the RPC's request message in the protobuf JSON mapping (lowerC
 .proto's snake_case names, int64 as a number or a string), and `blocksJson` may also be the JSON
 array itself rather than its text. The answer is the RPC's response message in the same mapping.
 Errors are `{"error": {...}}` in the shape of google.rpc.Status over HTTP (AIP-193: `code` the HTTP
-status, `status` the gRPC code name, `message`, `details`), plus `reason`, `protected_tokens` and
-`budget` of an ErrorInfo and the `field_violations` of a BadRequest, flattened.
+status, `status` the gRPC code name, `message`, `details`), plus `reason`, `protected_tokens`,
+`budget` and `tools_tokens` of an ErrorInfo and the `field_violations` of a BadRequest, flattened.
 """
 
 from __future__ import annotations

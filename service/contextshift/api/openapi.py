@@ -106,6 +106,7 @@ _ERROR = {
                 "reason": {"type": "string", "description": "ErrorInfo.reason, e.g. TOKEN_BUDGET_EXCEEDED."},
                 "protected_tokens": {"type": "integer"},
                 "budget": {"type": "integer"},
+                "tools_tokens": {"type": "integer", "description": "Of the tool definitions sent."},
                 "field_violations": {
                     "type": "array",
                     "items": {
@@ -122,7 +123,7 @@ _ERRORS = {
     "401": "No valid API key (`authorization: Bearer <key>`), when the server has keys.",
     "404": "No such chat or generation for the caller's tenant.",
     "413": "The body is over the server's max_request_bytes.",
-    "422": "TOKEN_BUDGET_EXCEEDED: the protected blocks alone take `protected_tokens`, over `budget`.",
+    "422": "TOKEN_BUDGET_EXCEEDED: the protected blocks take `protected_tokens`, over `budget` less `tools_tokens`.",
     "429": "The server is at its limit of calls in flight; retry later.",
     "500": "A bug in contextshift; the server logs it.",
     "501": "The RPC needs a part this server does not have yet.",

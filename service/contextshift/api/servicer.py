@@ -607,6 +607,13 @@ class ContextShiftServicer:
         # On a thread: the first listing loads the plugins' entry points.
         return await self._run(convert.strategies)
 
+    async def BenchmarkProfiles(
+        self, request: pb.BenchmarkProfilesRequest, context: Context
+    ) -> pb.BenchmarkProfilesResponse:
+        """Profiles measured on the caller's corpus, on an engine thread (bounded in size and time
+        by `profile_bench`)."""
+        return await self._run(functools.partial(convert.benchmark_profiles, request))
+
 
 def add_service(
     server: aio.Server, servicer: object, service: ServiceDescriptor, encoded: Set[str] = frozenset()

@@ -6,7 +6,8 @@ block.
 
 Errors are google.rpc.Status with details:
 - FAILED_PRECONDITION + google.rpc.ErrorInfo(reason "TOKEN_BUDGET_EXCEEDED", domain
-  "contextshift.v1", metadata "protected_tokens" and "budget"): protected blocks alone do not fit.
+  "contextshift.v1", metadata "protected_tokens", "tools_tokens" and "budget"): protected blocks
+  (with the tool definitions) do not fit.
 - INVALID_ARGUMENT + google.rpc.BadRequest: field violations naming the field, e.g.
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
@@ -278,6 +279,7 @@ class ShiftContextRequest(_message.Message):
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
     MODEL_ROLE_FIELD_NUMBER: _builtins.int
     USE_STORED_HISTORY_FIELD_NUMBER: _builtins.int
+    TOOLS_JSON_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """The conversation as the caller's own JSON array (OpenAI Chat Completions or Responses,
     Anthropic Messages, Vercel AI SDK, or contextshift block objects), parsed by the engine.
@@ -342,6 +344,13 @@ class ShiftContextRequest(_message.Message):
     final recount, from the process's count cache). A chat with no stored history shifts the
     request's blocks alone.
     """
+    tools_json: _builtins.str
+    """The tool definitions the prompt will be sent with, as a JSON array: OpenAI Chat Completions
+    (`{"type": "function", "function": {...}}`), OpenAI Responses (`{"type": "function", "name",
+    ...}` and built-in tools) or Anthropic (`{"name", "input_schema"}` and server tools). Counted
+    with the profile's tool rule (ContextPlan.tools_tokens) and taken from the budget before the
+    shift. Errors name the field, e.g. "tools_json[2].function.name".
+    """
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """The conversation as typed blocks, oldest first. Set either `blocks` or `blocks_json`."""
@@ -377,10 +386,11 @@ class ShiftContextRequest(_message.Message):
         output_format: Global___OutputFormat.ValueType = ...,
         model_role: Global___ModelRole.ValueType = ...,
         use_stored_history: _builtins.bool = ...,
+        tools_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "use_stored_history", b"use_stored_history"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "generation_id", b"generation_id", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "tools_json", b"tools_json", "use_stored_history", b"use_stored_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -445,6 +455,7 @@ class PreviewContextRequest(_message.Message):
     OUTPUT_FORMAT_FIELD_NUMBER: _builtins.int
     MODEL_ROLE_FIELD_NUMBER: _builtins.int
     USE_STORED_HISTORY_FIELD_NUMBER: _builtins.int
+    TOOLS_JSON_FIELD_NUMBER: _builtins.int
     blocks_json: _builtins.str
     """See ShiftContextRequest.blocks_json."""
     chat_id: _builtins.str
@@ -469,6 +480,8 @@ class PreviewContextRequest(_message.Message):
     """See ShiftContextRequest.model_role."""
     use_stored_history: _builtins.bool
     """See ShiftContextRequest.use_stored_history (the history is read; nothing is written)."""
+    tools_json: _builtins.str
+    """See ShiftContextRequest.tools_json."""
     @_builtins.property
     def blocks(self) -> _containers.RepeatedCompositeFieldContainer[_block_pb2.Block]:
         """See ShiftContextRequest.blocks."""
@@ -494,10 +507,11 @@ class PreviewContextRequest(_message.Message):
         output_format: Global___OutputFormat.ValueType = ...,
         model_role: Global___ModelRole.ValueType = ...,
         use_stored_history: _builtins.bool = ...,
+        tools_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "context_limit", b"context_limit", "options", b"options", "response_reserve", b"response_reserve", "system_reserve", b"system_reserve"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "use_stored_history", b"use_stored_history"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit", "_response_reserve", b"_response_reserve", "_system_reserve", b"_system_reserve", "blocks", b"blocks", "blocks_json", b"blocks_json", "chat_id", b"chat_id", "context_limit", b"context_limit", "model", b"model", "model_role", b"model_role", "options", b"options", "output_format", b"output_format", "profile", b"profile", "provider", b"provider", "response_reserve", b"response_reserve", "strategy", b"strategy", "system_reserve", b"system_reserve", "tools_json", b"tools_json", "use_stored_history", b"use_stored_history"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__context_limit: _TypeAlias = _typing.Literal["context_limit"]  # noqa: Y015
     _WhichOneofArgType__context_limit: _TypeAlias = _typing.Literal["_context_limit", b"_context_limit"]  # noqa: Y015
@@ -564,6 +578,7 @@ class ContextPlan(_message.Message):
     SUMMARY_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
     COMPACTION_USAGE_FIELD_NUMBER: _builtins.int
+    TOOLS_TOKENS_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -594,6 +609,11 @@ class ContextPlan(_message.Message):
     """
     strategy: _builtins.str
     """The strategy that made the plan."""
+    tools_tokens: _builtins.int
+    """Tokens of the request's tool definitions (`tools_json`) under the profile's tool rule (raw,
+    before calibration), taken from `budget` before the shift: `prompt_tokens + tools_tokens` is
+    what was fitted. 0 without tools.
+    """
     @_builtins.property
     def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockDecision]:
         """Kept blocks in their original order."""
@@ -664,10 +684,11 @@ class ContextPlan(_message.Message):
         summary: Global___SummaryInfo | None = ...,
         relevance: _abc.Iterable[Global___RelevanceScore] | None = ...,
         compaction_usage: Global___CompactionUsage | None = ...,
+        tools_tokens: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "compaction_usage", b"compaction_usage", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2096,3 +2117,186 @@ class StrategyOption(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StrategyOption: _TypeAlias = StrategyOption  # noqa: Y015
+
+@_typing.final
+class BenchmarkProfilesRequest(_message.Message):
+    """Input of BenchmarkProfiles."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    PROFILES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def documents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The corpus, at most 1 MiB in all: chat JSON documents (a JSON list of blocks, or a request body
+        with `messages`, `input` or `blocks`; each block is one message) or plain text (each paragraph
+        is one message). Empty: the sample corpus shipped with the server.
+        """
+
+    @_builtins.property
+    def profiles(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Profile or model names to measure; empty: every built-in profile (those that cannot load on
+        this server are listed in `skipped`). An unknown name is INVALID_ARGUMENT on "profiles[i]".
+        """
+
+    def __init__(
+        self,
+        *,
+        documents: _abc.Iterable[_builtins.str] | None = ...,
+        profiles: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["documents", b"documents", "profiles", b"profiles"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkProfilesRequest: _TypeAlias = BenchmarkProfilesRequest  # noqa: Y015
+
+@_typing.final
+class BenchmarkProfilesResponse(_message.Message):
+    """Result of BenchmarkProfiles. Counts are text tokens (no framing), counted without the count cache."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SkippedEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    DOCUMENTS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_FIELD_NUMBER: _builtins.int
+    ACCURACY_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    documents: _builtins.int
+    """Documents in the corpus."""
+    messages: _builtins.int
+    """Messages in the corpus."""
+    bytes: _builtins.int
+    """UTF-8 bytes of the messages' text."""
+    @_builtins.property
+    def throughput(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileThroughput]:
+        """Per profile measured."""
+
+    @_builtins.property
+    def accuracy(self) -> _containers.RepeatedCompositeFieldContainer[Global___ProfileAccuracy]:
+        """Per approximate profile and exact profile of its family (`heuristic`: every exact profile)."""
+
+    @_builtins.property
+    def skipped(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Profiles not measured, with why (e.g. llama3 without its tokenizer file)."""
+
+    def __init__(
+        self,
+        *,
+        documents: _builtins.int = ...,
+        messages: _builtins.int = ...,
+        bytes: _builtins.int = ...,
+        throughput: _abc.Iterable[Global___ProfileThroughput] | None = ...,
+        accuracy: _abc.Iterable[Global___ProfileAccuracy] | None = ...,
+        skipped: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accuracy", b"accuracy", "bytes", b"bytes", "documents", b"documents", "messages", b"messages", "skipped", b"skipped", "throughput", b"throughput"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BenchmarkProfilesResponse: _TypeAlias = BenchmarkProfilesResponse  # noqa: Y015
+
+@_typing.final
+class ProfileThroughput(_message.Message):
+    """A profile's counting throughput on the corpus."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    APPROXIMATE_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    SINGLE_THREAD_MB_PER_S_FIELD_NUMBER: _builtins.int
+    BATCH_MB_PER_S_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The profile."""
+    approximate: _builtins.bool
+    """True when the profile approximates a tokenizer."""
+    tokens: _builtins.int
+    """Text tokens of the whole corpus."""
+    single_thread_mb_per_s: _builtins.float
+    """Megabytes (10^6 bytes) of text per second, counting one message after another on one thread."""
+    batch_mb_per_s: _builtins.float
+    """The same through the batch call (across cores once the batch is large enough)."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        approximate: _builtins.bool = ...,
+        tokens: _builtins.int = ...,
+        single_thread_mb_per_s: _builtins.float = ...,
+        batch_mb_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "batch_mb_per_s", b"batch_mb_per_s", "profile", b"profile", "single_thread_mb_per_s", b"single_thread_mb_per_s", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileThroughput: _TypeAlias = ProfileThroughput  # noqa: Y015
+
+@_typing.final
+class ProfileAccuracy(_message.Message):
+    """An approximate profile's counts against an exact profile's, message by message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROFILE_FIELD_NUMBER: _builtins.int
+    REFERENCE_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    MEAN_RELATIVE_ERROR_FIELD_NUMBER: _builtins.int
+    P95_RELATIVE_ERROR_FIELD_NUMBER: _builtins.int
+    TOTAL_DRIFT_FIELD_NUMBER: _builtins.int
+    profile: _builtins.str
+    """The approximate profile."""
+    reference: _builtins.str
+    """The exact profile compared with."""
+    messages: _builtins.int
+    """Messages compared (those with at least one token under `reference`)."""
+    mean_relative_error: _builtins.float
+    """Mean of |approximate - exact| / exact per message."""
+    p95_relative_error: _builtins.float
+    """95th percentile (nearest rank) of the same."""
+    total_drift: _builtins.float
+    """(sum approximate - sum exact) / sum exact over the corpus: the signed drift of a whole prompt."""
+    def __init__(
+        self,
+        *,
+        profile: _builtins.str = ...,
+        reference: _builtins.str = ...,
+        messages: _builtins.int = ...,
+        mean_relative_error: _builtins.float = ...,
+        p95_relative_error: _builtins.float = ...,
+        total_drift: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mean_relative_error", b"mean_relative_error", "messages", b"messages", "p95_relative_error", b"p95_relative_error", "profile", b"profile", "reference", b"reference", "total_drift", b"total_drift"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProfileAccuracy: _TypeAlias = ProfileAccuracy  # noqa: Y015

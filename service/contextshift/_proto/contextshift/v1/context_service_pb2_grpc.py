@@ -100,6 +100,11 @@ class ContextShiftServiceStub:
                 request_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.SerializeToString,
                 response_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.FromString,
                 _registered_method=True)
+        self.BenchmarkProfiles = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/BenchmarkProfiles',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesResponse.FromString,
+                _registered_method=True)
 
 
 class ContextShiftServiceServicer:
@@ -202,6 +207,16 @@ class ContextShiftServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BenchmarkProfiles(self, request, context):
+        """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+        thread, and the batch call), and each approximate profile's error against the exact profiles
+        of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+        budget of about 10 seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ContextShiftServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -269,6 +284,11 @@ def add_ContextShiftServiceServicer_to_server(servicer, server):
                     servicer.DeleteModelConfig,
                     request_deserializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.FromString,
                     response_serializer=contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.SerializeToString,
+            ),
+            'BenchmarkProfiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.BenchmarkProfiles,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -623,6 +643,33 @@ class ContextShiftService:
             '/contextshift.v1.ContextShiftService/DeleteModelConfig',
             contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigRequest.SerializeToString,
             contextshift_dot_v1_dot_context__service__pb2.DeleteModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BenchmarkProfiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/BenchmarkProfiles',
+            contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.BenchmarkProfilesResponse.FromString,
             options,
             channel_credentials,
             insecure,

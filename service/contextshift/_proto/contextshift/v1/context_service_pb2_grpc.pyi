@@ -6,7 +6,8 @@ block.
 
 Errors are google.rpc.Status with details:
 - FAILED_PRECONDITION + google.rpc.ErrorInfo(reason "TOKEN_BUDGET_EXCEEDED", domain
-  "contextshift.v1", metadata "protected_tokens" and "budget"): protected blocks alone do not fit.
+  "contextshift.v1", metadata "protected_tokens", "tools_tokens" and "budget"): protected blocks
+  (with the tool definitions) do not fit.
 - INVALID_ARGUMENT + google.rpc.BadRequest: field violations naming the field, e.g.
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
@@ -95,6 +96,12 @@ class ContextShiftServiceStub:
     """Every stored model configuration of the tenant."""
     DeleteModelConfig: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.DeleteModelConfigRequest, _context_service_pb2.DeleteModelConfigResponse]
     """Deletes the stored configuration of a model."""
+    BenchmarkProfiles: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.BenchmarkProfilesRequest, _context_service_pb2.BenchmarkProfilesResponse]
+    """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+    thread, and the batch call), and each approximate profile's error against the exact profiles
+    of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+    budget of about 10 seconds.
+    """
 
 @_typing.type_check_only
 class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
@@ -135,6 +142,12 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     """Every stored model configuration of the tenant."""
     DeleteModelConfig: _aio.UnaryUnaryMultiCallable[_context_service_pb2.DeleteModelConfigRequest, _context_service_pb2.DeleteModelConfigResponse]  # type: ignore[assignment]
     """Deletes the stored configuration of a model."""
+    BenchmarkProfiles: _aio.UnaryUnaryMultiCallable[_context_service_pb2.BenchmarkProfilesRequest, _context_service_pb2.BenchmarkProfilesResponse]  # type: ignore[assignment]
+    """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+    thread, and the batch call), and each approximate profile's error against the exact profiles
+    of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+    budget of about 10 seconds.
+    """
 
 class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
     """Decides what of a conversation fits a model's context window."""
@@ -250,5 +263,17 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.DeleteModelConfigResponse, _abc.Awaitable[_context_service_pb2.DeleteModelConfigResponse]]:
         """Deletes the stored configuration of a model."""
+
+    @_abc_1.abstractmethod
+    def BenchmarkProfiles(
+        self,
+        request: _context_service_pb2.BenchmarkProfilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.BenchmarkProfilesResponse, _abc.Awaitable[_context_service_pb2.BenchmarkProfilesResponse]]:
+        """Measures tokenizer profiles on the caller's own corpus: counting throughput per profile (one
+        thread, and the batch call), and each approximate profile's error against the exact profiles
+        of its family. Bounded: a corpus over 1 MiB is RESOURCE_EXHAUSTED, and the timed runs share a
+        budget of about 10 seconds.
+        """
 
 def add_ContextShiftServiceServicer_to_server(servicer: ContextShiftServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

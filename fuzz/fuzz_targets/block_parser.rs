@@ -1,0 +1,50 @@
+//! The block parser over JSON text: never a crash, and the same blocks, char-cap cuts and
+//! violations whether the text is read onto the reader's tape or into serde_json values (the two
+//! `Node` documents the parser reads; the Python route is a third, covered by the property tests).
+#![no_main]
+
+use contextshift_core::json_doc::{parse_json_blocks, read_blocks};
+use contextshift_core::parse_conversation;
+use libfuzzer_sys::fuzz_target;
+use serde_json::Value;
+
+/// Small, so that the char cap's cut-and-rewrite path runs often.
+const MAX_BLOCK_CHARS: usize = 40;
+
+/// Numbers the two documents read differently by design: an integer beyond i64 is a float on
+/// the tape (docs/semantics.md §1) and an unsigned integer in serde_json.
+fn has_big_integer(value: &Value) -> bool {
+    match value {
+        Value::Number(n) => n.is_u64() && !n.is_i64(),
+        Value::Array(items) => items.iter().any(has_big_integer),
+        Value::Object(map) => map.values().any(has_big_integer),
+        _ => false,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let from_tape = parse_json_blocks(text, MAX_BLOCK_CHARS, "blocks_json");
+    if let Ok(parsed) = &from_tape {
+        assert_eq!(parsed.conversation.blocks.len(), parsed.spans.len());
+        for block in &parsed.conversation.blocks {
+            assert!(block.char_count() <= MAX_BLOCK_CHARS, "the char cap let {} through", block.char_count());
+        }
+    }
+    // serde_json values collapse repeated keys, which the tape route refuses.
+    let Ok(document) = read_blocks(text) else { return };
+    let Ok(values) = serde_json::from_str::<Vec<Value>>(text) else { return };
+    if !document.repeated.is_empty() || values.iter().any(has_big_integer) {
+        return;
+    }
+    let nodes: Vec<&Value> = values.iter().collect();
+    let from_values = parse_conversation(&nodes, MAX_BLOCK_CHARS, "blocks");
+    match (from_tape, from_values) {
+        (Ok(tape), Ok(values)) => {
+            assert_eq!(tape.conversation.blocks, values.blocks, "{text:?}");
+            assert_eq!(tape.conversation.cuts, values.cuts, "{text:?}");
+        }
+        (Err(tape), Err(values)) => assert_eq!(tape, values, "{text:?}"),
+        (tape, values) => panic!("{text:?}: tape {tape:?}, values {values:?}"),
+    }
+});
