@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from postgres_cluster import Cluster, running_cluster
 
+from contextshift.audit.sqlite import SqliteStore
+
 _COMMON = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
@@ -32,6 +34,15 @@ settings.register_profile("default", _COMMON, derandomize=True, database=None)
 settings.register_profile("thorough", _COMMON, derandomize=True, database=None)
 settings.register_profile("random", _COMMON, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path) -> Iterator[SqliteStore]:
+    """A migrated SQLite store of its own."""
+    opened = SqliteStore(tmp_path / "store.db")
+    opened.migrate()
+    yield opened
+    opened.close()
 
 
 @pytest.fixture(scope="session")

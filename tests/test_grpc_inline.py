@@ -10,7 +10,6 @@ import asyncio
 import json
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,11 +41,8 @@ def executor() -> Iterator[CountingExecutor]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    opened = SqliteStore(tmp_path / "store.db")
-    opened.migrate()
-    yield opened
-    opened.close()
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    return sqlite_store
 
 
 def blocks_json(chars: int) -> str:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,11 +17,8 @@ from contextshift.audit.sqlite import SqliteStore
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    opened = SqliteStore(tmp_path / "store.db")
-    opened.migrate()
-    yield opened
-    opened.close()
+def store(sqlite_store: SqliteStore) -> SqliteStore:
+    return sqlite_store
 
 
 def test_reads_are_kept_for_their_time_absent_ones_too() -> None:

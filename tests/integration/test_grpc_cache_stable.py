@@ -5,19 +5,11 @@ writes nothing."""
 
 from __future__ import annotations
 
-from typing import Any
+from test_cache_stable import chat
 
 import contextshift
 
 from .conftest import ServerProcess
-
-
-def chat(turns: int) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [{"id": "sys", "role": "system", "content": "Be brief."}]
-    for n in range(turns):
-        blocks.append({"id": f"u{n}", "role": "user", "content": f"question {n} " + "word " * 20})
-        blocks.append({"id": f"a{n}", "role": "assistant", "content": f"answer {n} " + "word " * 30})
-    return blocks
 
 
 def test_the_chats_last_audit_keeps_the_cut(server: ServerProcess) -> None:
