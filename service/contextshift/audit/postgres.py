@@ -25,13 +25,20 @@ from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from contextshift.audit import redacted
-from contextshift.audit.sql import Row, SqlStore, Tx
-from contextshift.audit.store import StoreUnavailable
+from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
+from contextshift.audit.store import Generation, GenerationIdInUse, StoreUnavailable
 
 T = TypeVar("T")
 
 CONNECT_TIMEOUT_SECONDS = 5
 RETRIES = 3
+# A shift's generation and its audit in one statement (one round trip, atomic on its own; the
+# foreign key is checked at its end, when the generation row exists): no audit row when the
+# generation id belongs to another chat.
+RECORD_SHIFT = (
+    f"WITH g AS ({RECORD_GENERATION} RETURNING generation_id) "
+    f"INSERT INTO audits (tenant, chat_id, generation_id, payload) SELECT ?, ?, generation_id, ? FROM g {AUDIT_UPSERT}"
+)
 
 
 @functools.lru_cache(maxsize=256)
@@ -99,11 +106,22 @@ class PostgresStore(SqlStore):
             return pool
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
+        return self._on_connection(work, transaction=True)
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        return self._on_connection(lambda tx: tx.rows(sql, params), transaction=False)
+
+    def _on_connection(self, work: Callable[[Tx], T], *, transaction: bool) -> T:
+        """`work` on a pooled connection, in a transaction or (one statement) in autocommit;
+        retried when it loses a deadlock or a serialization conflict."""
         pool = self._connections()
         for attempt in range(RETRIES):
             try:
-                with pool.connection() as connection, connection.transaction():
-                    return work(_Tx(connection))
+                with pool.connection() as connection:
+                    if not transaction:
+                        return work(_Tx(connection))
+                    with connection.transaction():
+                        return work(_Tx(connection))
             except (errors.DeadlockDetected, errors.SerializationFailure):
                 if attempt == RETRIES - 1:
                     raise StoreUnavailable(
@@ -112,6 +130,14 @@ class PostgresStore(SqlStore):
             except (psycopg.OperationalError, PoolTimeout) as e:
                 raise StoreUnavailable(f"PostgreSQL store at {redacted(self._url)}: {e}") from e
         raise AssertionError("not reached")
+
+    def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
+        if audit is None:
+            super().record_shift(tenant, generation, audit)
+            return
+        params = (*generation_params(tenant, generation), tenant, generation.chat_id, audit)
+        if not self._on_connection(lambda tx: tx.run(RECORD_SHIFT, params), transaction=False):
+            raise GenerationIdInUse(generation.generation_id)
 
     def close(self) -> None:
         with self._lock:

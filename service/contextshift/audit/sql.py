@@ -54,6 +54,22 @@ _HISTORY = (
     "ON c.tenant = b.tenant AND c.chat_id = b.chat_id AND c.position = b.position AND c.profile = ? "
     "WHERE b.tenant = ? AND b.chat_id = ? ORDER BY b.position"
 )
+# A shift's generation. An id the chat used before (a retried call) starts over; another chat's is
+# refused (no row inserted or updated).
+RECORD_GENERATION = (
+    f"INSERT INTO generations (tenant, {_GENERATION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL) "
+    "ON CONFLICT (tenant, generation_id) DO UPDATE SET model = excluded.model, "
+    "prompt_tokens = excluded.prompt_tokens, approximate = excluded.approximate, "
+    "created_ms = excluded.created_ms, status = excluded.status, error_code = NULL, "
+    "reported_prompt_tokens = NULL, finished_ms = NULL "
+    "WHERE generations.chat_id = excluded.chat_id"
+)
+# A chat's audit replaces its last one.
+AUDIT_UPSERT = (
+    "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
+    "payload = excluded.payload"
+)
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
 
 
@@ -99,6 +115,20 @@ def _config(row: Row) -> ModelConfig:
     return ModelConfig(row[0], Role(row[1]), row[2], row[3], row[4], row[5], row[6])
 
 
+def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
+    """The parameters of `RECORD_GENERATION`."""
+    return (
+        tenant,
+        g.generation_id,
+        g.chat_id,
+        g.model,
+        g.prompt_tokens,
+        g.approximate,
+        g.created_ms,
+        Status.PENDING.value,
+    )
+
+
 class SqlStore(ABC):
     """Everything but connections and transactions; see `contextshift.audit.store.Store`."""
 
@@ -107,6 +137,11 @@ class SqlStore(ABC):
 
     @abstractmethod
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T: ...
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        """One read statement. A backend may run it without BEGIN and COMMIT (one statement reads
+        one snapshot): over a network, that is one round trip instead of three."""
+        return self._run(lambda tx: tx.rows(sql, params), write=False)
 
     # --- schema -----------------------------------------------------------------------------
 
@@ -158,49 +193,24 @@ class SqlStore(ABC):
     # --- shifts -----------------------------------------------------------------------------
 
     def calibration(self, tenant: str, model: str) -> Calibration | None:
-        rows = self._run(
-            lambda tx: tx.rows(
-                "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, model)
-            ),
-            write=False,
+        rows = self._query(
+            "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, model)
         )
         return Calibration(model, rows[0][0], rows[0][1]) if rows else None
 
     def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
-        rows = self._run(lambda tx: tx.rows(_HISTORY, (profile, tenant, chat_id)), write=False)
+        rows = self._query(_HISTORY, (profile, tenant, chat_id))
         return [StoredBlock(text, tokens) for text, tokens in rows]
 
     def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
         g = generation
 
         def work(tx: Tx) -> None:
-            # An id the chat used before (a retried call) starts over; another chat's is refused.
-            stored = tx.run(
-                f"INSERT INTO generations (tenant, {_GENERATION_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL) "
-                "ON CONFLICT (tenant, generation_id) DO UPDATE SET model = excluded.model, "
-                "prompt_tokens = excluded.prompt_tokens, approximate = excluded.approximate, "
-                "created_ms = excluded.created_ms, status = excluded.status, error_code = NULL, "
-                "reported_prompt_tokens = NULL, finished_ms = NULL "
-                "WHERE generations.chat_id = excluded.chat_id",
-                (
-                    tenant,
-                    g.generation_id,
-                    g.chat_id,
-                    g.model,
-                    g.prompt_tokens,
-                    g.approximate,
-                    g.created_ms,
-                    Status.PENDING.value,
-                ),
-            )
-            if not stored:
+            if not tx.run(RECORD_GENERATION, generation_params(tenant, g)):
                 raise GenerationIdInUse(g.generation_id)
             if audit is not None:
                 tx.run(
-                    "INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
-                    "payload = excluded.payload",
+                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?) {AUDIT_UPSERT}",
                     (tenant, g.chat_id, g.generation_id, audit),
                 )
 
@@ -279,14 +289,11 @@ class SqlStore(ABC):
 
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
         columns = ", ".join(f"g.{c}" for c in _GENERATION_FIELDS)
-        rows = self._run(
-            lambda tx: tx.rows(
-                f"SELECT a.payload, {columns} FROM audits a JOIN generations g "
-                "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
-                "WHERE a.tenant = ? AND a.chat_id = ?",
-                (tenant, chat_id),
-            ),
-            write=False,
+        rows = self._query(
+            f"SELECT a.payload, {columns} FROM audits a JOIN generations g "
+            "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
+            "WHERE a.tenant = ? AND a.chat_id = ?",
+            (tenant, chat_id),
         )
         return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
 
@@ -372,20 +379,14 @@ class SqlStore(ABC):
             where, key = "role = ?", role.value
         else:
             where, key = "model = ?", model
-        rows = self._run(
-            lambda tx: tx.rows(
-                f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? AND {where}", (tenant, key)
-            ),
-            write=False,
+        rows = self._query(
+            f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? AND {where}", (tenant, key)
         )
         return _config(rows[0]) if rows else None
 
     def model_configs(self, tenant: str) -> list[ModelConfig]:
-        rows = self._run(
-            lambda tx: tx.rows(
-                f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? ORDER BY model", (tenant,)
-            ),
-            write=False,
+        rows = self._query(
+            f"SELECT {_CONFIG_COLUMNS} FROM model_configs WHERE tenant = ? ORDER BY model", (tenant,)
         )
         return [_config(row) for row in rows]
 
