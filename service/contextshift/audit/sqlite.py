@@ -118,6 +118,11 @@ class SqliteStore(SqlStore):
         with lock:
             return self._transaction(connection, work, write=True)
 
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        # Autocommit: the statement is its own read transaction (no BEGIN and COMMIT to run).
+        with _unavailable_on_error(self.path):
+            return _Tx(self._connection()).rows(sql, params)
+
     def _transaction(self, connection: sqlite3.Connection, work: Callable[[Tx], T], *, write: bool) -> T:
         with _unavailable_on_error(self.path):
             connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
