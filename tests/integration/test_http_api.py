@@ -113,6 +113,20 @@ def test_count_tokens_and_profiles(http: httpx.Client) -> None:
     }
 
 
+def test_profile_benchmark_on_the_callers_documents(http: httpx.Client) -> None:
+    body = {
+        "documents": ["Hello there.\n\nA second paragraph, 日本語も。"],
+        "profiles": ["heuristic", "o200k_base"],
+    }
+    report = http.post("/api/v2/profile-benchmarks", json=body).json()
+    assert (report["documents"], report["messages"]) == ("1", "2")  # int64 as strings (protobuf JSON)
+    assert [t["profile"] for t in report["throughput"]] == ["heuristic", "o200k_base"]
+    (accuracy,) = report["accuracy"]
+    assert (accuracy["profile"], accuracy["reference"]) == ("heuristic", "o200k_base")
+    unknown = http.post("/api/v2/profile-benchmarks", json={"profiles": ["no-such-profile"]})
+    assert error_of(unknown, 400, "INVALID_ARGUMENT")["field_violations"][0]["field"] == "profiles[0]"
+
+
 def test_strategies_and_a_summarize_preview(http: httpx.Client) -> None:
     listed = http.get("/api/v2/strategies").json()
     by_name = {s["name"]: s for s in listed["strategies"]}

@@ -150,6 +150,13 @@ OPERATIONS = [
         "Every strategy of this server with its options, and the common options (ListStrategies).",
         body=False,
     ),
+    Operation(
+        "POST",
+        "/api/v2/profile-benchmarks",
+        "BenchmarkProfiles",
+        "Measures tokenizer profiles on the caller's documents: throughput and approximation error "
+        "(BenchmarkProfiles; at most 1 MiB, about 10 seconds).",
+    ),
 ]
 
 # google.rpc.Code over HTTP (google/rpc/code.proto), but for FAILED_PRECONDITION: TOKEN_BUDGET_EXCEEDED
