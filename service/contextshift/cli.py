@@ -253,6 +253,21 @@ def _budget(args: argparse.Namespace, *, remote: bool) -> int | Budget | None:
     return Budget(128_000 if limit is None else limit, response or 0, system or 0)
 
 
+def _options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """`--option KEY=VALUE` flags as the shift's options: a VALUE that is JSON (a number, true,
+    a list) is that value, any other is a string."""
+    options: dict[str, Any] = {}
+    for given in args.option:
+        key, sep, value = given.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --option {given!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options or None
+
+
 def _tools(args: argparse.Namespace) -> bytes | None:
     """The --tools file's JSON text, read by the core (or the server)."""
     if args.tools is None:
@@ -271,6 +286,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
             profile=args.profile,
             strategy=args.strategy,
             model=args.model,
+            options=_options(args),
             tools=_tools(args),
         )
     import grpc
@@ -285,6 +301,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
                 profile=args.profile or "",
                 strategy=args.strategy,
                 model=args.model or "",
+                options=_options(args),
                 tools=_tools(args),
                 timeout=600,
             )
@@ -539,6 +556,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="the model, e.g. gpt-4o: picks the profile (and, on a server, the window)"
     )
     preview.add_argument("--strategy", default="truncate", help="the strategy (default truncate)")
+    preview.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='a shift option, repeatable (VALUE as JSON when it parses: 256, true, ["a"]), e.g. '
+        "--option target_ratio=0.8 --option summary_max_tokens=256",
+    )
     preview.add_argument(
         "--tools", type=Path, help="a JSON array of the tool definitions the prompt is sent with"
     )

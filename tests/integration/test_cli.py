@@ -119,6 +119,25 @@ def test_preview_json_matches_the_library() -> None:
     assert out["messages"] == lib.messages
 
 
+def test_preview_passes_options_here_and_to_a_server(served: ServerProcess) -> None:
+    import contextshift
+
+    flags = ["--budget", "200", "--strategy", "summarize", "--option", "summary_max_tokens=60", "--json"]
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    lib = contextshift.shift_context(
+        blocks, budget=200, strategy="summarize", options={"summary_max_tokens": 60}
+    )
+    assert lib.summary is not None
+    for where in ([], ["--server", served.address]):
+        proc = run("preview", str(EXAMPLE), *flags, *where)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert [(d["id"], d["reason"]) for d in out["kept"]] == [(d.id, d.reason) for d in lib.kept]
+    wrong = run("preview", str(EXAMPLE), "--budget", "200", "--option", "target_ratio=2")
+    assert wrong.returncode == 2 and "options.target_ratio" in wrong.stderr
+    assert run("preview", str(EXAMPLE), "--option", "no-equals-sign").returncode == 1
+
+
 def test_preview_reports_budget_exceeded_with_exit_code() -> None:
     proc = run("preview", str(EXAMPLE), "--budget", "20")
     assert proc.returncode == 3
