@@ -214,7 +214,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         qps = shift["qps"] / echo_bytes["qps"]
         findings.append(
             f"{workers} worker(s), {size / 1024:.0f} KiB: shift/echo-bytes p50 {p50:.2f}x (target <= 1.5x): "
-            f"{'PASS' if p50 <= 1.5 else 'FAIL'}; QPS {qps:.0%} of echo-bytes (target >= 60%): "
+            f"{'PASS' if p50 <= 1.5 else 'FAIL'}; QPS {qps:.1%} of echo-bytes (target >= 60%): "
             f"{'PASS' if qps >= 0.6 else 'FAIL'}; shift p99 {shift['p99_ms']:.2f} ms "
             f"(echo-bytes {echo_bytes['p99_ms']:.2f}); against echo: p50 {shift['p50_ms'] / echo['p50_ms']:.2f}x, "
             f"QPS {shift['qps'] / echo['qps']:.0%}"
