@@ -202,7 +202,7 @@ def report(result: dict[str, Any]) -> list[str]:
     last = samples[-1]
     full = next((s for s in samples if s["cache_misses"] >= entries), None)
     after = samples[samples.index(full) :] if full is not None else []
-    if len(after) < 4:
+    if full is None or len(after) < 4:
         findings.append(
             f"count cache not filled past its bound long enough to judge ({last['cache_misses']} of {entries} "
             f"texts stored in {last['requests']} requests, {len(after)} samples after): FAIL"
