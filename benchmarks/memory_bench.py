@@ -220,8 +220,7 @@ def report(result: dict[str, Any]) -> list[str]:
             f"growth {(late - early) / MIB:+.1f} MiB ({share:+.1%}; flat: <= {FLAT_TOLERANCE:.0%}): "
             f"{'PASS' if share <= FLAT_TOLERANCE else 'FAIL'}"
         )
-    for line in findings:
-        print(line)
+    print(*findings, sep="\n")
     return findings
 
 
