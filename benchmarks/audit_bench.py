@@ -78,7 +78,11 @@ def _measure(
         measured = grpc_bench.measure(server, _calls, clients, 1, rounds)
     finally:
         server.terminate()
-    return [{"store": backend, "clients": clients, "rpc": rpc} | measured[rpc] for rpc in RPCS]
+    size = grpc_bench.payload_bytes()
+    return [
+        {"store": backend, "clients": clients, "payload_bytes": size, "rpc": rpc} | measured[rpc]
+        for rpc in RPCS
+    ]
 
 
 def run(clients: int, rounds: int) -> list[dict[str, Any]]:

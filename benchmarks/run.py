@@ -5,8 +5,9 @@ bpe-openai, splintr-rs), every profile's throughput (contextshift.profile_bench)
 (benchmarks/rust, json-readers: contextshift's reader vs serde_json, sonic-rs, simd-json), the facts
 kept by `summarize` (benchmarks/facts.py), the prompt prefix changes by `target_ratio` vs LangChain
 (benchmarks/hysteresis.py), the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs
-echo) and the audit benchmark (benchmarks/audit_bench.py: ShiftContext with and without its audit,
-SQLite and PostgreSQL).
+echo-bytes and echo at 48 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
+with and without its audit, SQLite and PostgreSQL) and the server's memory (benchmarks/memory_bench.py:
+RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
 The shift of generated conversations of 1k, 10k and 100k blocks, side by side in one run: the
 library from dicts and from JSON bytes (heuristic profile), the same with an exact profile whose
@@ -37,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis, plots  # noqa: E402
+from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis, memory_bench, plots  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
 from contextshift import profile_bench  # noqa: E402
@@ -212,7 +213,9 @@ def main() -> int:
     print()
     grpc_bench.main(args.quick)
     print()
-    return audit_bench.main(args.quick)
+    audit_bench.main(args.quick)
+    print()
+    return memory_bench.main(args.quick)
 
 
 if __name__ == "__main__":
