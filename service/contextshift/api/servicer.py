@@ -286,10 +286,8 @@ class ContextShiftServicer:
         inline = runs_inline(request.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
         return size if inline else None
 
-    def _runs_inline(self, request_bytes: int | None, profile: tuple[str, str] | None) -> bool:
-        """Whether `_run` runs a request of this size and profile on the event loop."""
-        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
-        return small and profile in self._served_profiles
+    def _small(self, request_bytes: int | None) -> bool:
+        return request_bytes is not None and request_bytes <= self._inline_request_bytes
 
     async def _run(
         self,
@@ -303,13 +301,32 @@ class ContextShiftServicer:
         `(profile, model)`: for a small request the hop to a thread and back (two wake-ups, and the
         GIL handed between the threads) costs more than the engine work itself, but a first use
         loads a vocabulary or a tokenizer.json (up to seconds), which must not stall the loop."""
-        if self._runs_inline(request_bytes, profile):
+        small = self._small(request_bytes)
+        if small and profile in self._served_profiles:
             return fn()
-        small = request_bytes is not None and request_bytes <= self._inline_request_bytes
         result = await self._on_thread(fn, executor)
         if small and profile is not None and len(self._served_profiles) < MAX_SERVED_PROFILES:
             self._served_profiles.add(profile)
         return result
+
+    async def _run_reading(
+        self,
+        fn: Callable[[TenantStore], T],
+        store: TenantStore,
+        reads_model: bool,
+        request_bytes: int | None,
+        profile: tuple[str, str],
+        executor: ThreadPoolExecutor | None = None,
+    ) -> T:
+        """`fn(store)` as `_run` runs it, for work that reads no chat. One that reads a model's
+        configuration and calibration runs on the event loop only from the process's cache; a read
+        the cache does not hold sends it to a thread, which reads (and caches) it."""
+        if reads_model and self._small(request_bytes) and profile in self._served_profiles:
+            try:
+                return fn(store.cached())
+            except CacheMiss:
+                return await self._on_thread(functools.partial(fn, store), executor)
+        return await self._run(functools.partial(fn, store), request_bytes, profile, executor)
 
     def _report_stats(self, shifted: convert.Shifted[Any]) -> None:
         stats = call_stats()
@@ -329,18 +346,15 @@ class ContextShiftServicer:
     async def _shift_cached(
         self, read: convert.R, blocks_json: bytes, store: TenantStore, size: int
     ) -> convert.Shifted[convert.R]:
-        """A shift that reads no chat: on the event loop when small (see `_run`) and the model
-        reads it needs are cached; otherwise on a thread, where it reads (and caches) them."""
-        shift = functools.partial(convert.shift, read, blocks_json, self._defaults)
-        executor = self._shift_executor(read)
-        inline = self._inline_bytes(read, size)
-        profile = (read.profile, read.model)
-        if _reads_model(read) and self._runs_inline(inline, profile):
-            try:
-                return shift(store.cached())
-            except CacheMiss:  # not read lately: on a thread, which reads (and caches) it
-                return await self._on_thread(functools.partial(shift, store), executor)
-        return await self._run(functools.partial(shift, store), inline, profile, executor)
+        """A shift that reads no chat (see `_run_reading`)."""
+        return await self._run_reading(
+            functools.partial(convert.shift, read, blocks_json, self._defaults),
+            store,
+            _reads_model(read),
+            self._inline_bytes(read, size),
+            (read.profile, read.model),
+            self._shift_executor(read),
+        )
 
     async def ShiftContext(self, request: bytes, context: Context) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
@@ -443,15 +457,13 @@ class ContextShiftServicer:
     async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
         # A model's stored configuration may name the profile.
         store = TenantStore(self._store, self._tenant(context), self._caches)
-        count = functools.partial(convert.count, request)
-        size, profile = request.ByteSize(), (request.profile, request.model)
-        if request.model and self._runs_inline(size, profile):
-            try:
-                response = count(store.cached())
-            except CacheMiss:
-                response = await self._on_thread(functools.partial(count, store))
-        else:
-            response = await self._run(functools.partial(count, store), size, profile)
+        response = await self._run_reading(
+            functools.partial(convert.count, request),
+            store,
+            bool(request.model),
+            request.ByteSize(),
+            (request.profile, request.model),
+        )
         stats = call_stats()
         stats.blocks = len(response.counts)
         stats.tokens = response.total
