@@ -227,6 +227,8 @@ class SummaryMemory(BaseMemory):
         checked = _checked(message)
         with self._lock:
             self._messages.append(checked)
+            if len(self._messages) <= self.threshold:  # fewer messages than a fold needs others
+                return
             layout = _Layout(self._messages)
             others = layout.others()
             if len(others) > self.threshold:

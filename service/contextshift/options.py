@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from contextshift.errors import InvalidOptions
@@ -39,23 +39,18 @@ class Secret:
 
 
 # What each kind accepts; the names are what ListStrategies reports as an option's type.
+def _finite(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 _KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "int": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": (
-        "a finite number",
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v),
-    ),
+    "float": ("a finite number", _finite),
     "bool": ("a boolean", lambda v: isinstance(v, bool)),
     "str": ("a string", lambda v: isinstance(v, str)),
     "secret": ("a string", lambda v: isinstance(v, str)),
     "list[str]": ("a list of strings", lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v)),
-    "list[float]": (
-        "a list of finite numbers",
-        lambda v: (
-            isinstance(v, list)
-            and all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in v)
-        ),
-    ),
+    "list[float]": ("a list of finite numbers", lambda v: isinstance(v, list) and all(map(_finite, v))),
 }
 
 
@@ -170,16 +165,17 @@ COMMON: tuple[OptionSpec, ...] = (
 class ShiftOptions:
     """The common options, typed, and the chosen strategy's own (`strategy`, by name)."""
 
-    max_block_chars: int = 50_000
-    tool_result_max_chars: int = 0
-    pinned_cap: float = 0.5
-    start_on_user: bool = True
-    protect_current_input: bool = True
-    target_ratio: float = 1.0
-    cache_stable: bool = True
-    plugin_timeout_ms: int = 1000
-    preset: str = ""
-    strategy: Mapping[str, Any] = field(default_factory=dict)
+    # Every one given by `from_mapping`; the defaults live in COMMON alone.
+    max_block_chars: int
+    tool_result_max_chars: int
+    pinned_cap: float
+    start_on_user: bool
+    protect_current_input: bool
+    target_ratio: float
+    cache_stable: bool
+    plugin_timeout_ms: int
+    preset: str
+    strategy: Mapping[str, Any]
 
     @classmethod
     def from_mapping(

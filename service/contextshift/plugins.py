@@ -48,7 +48,7 @@ from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import OptionSpec
 from contextshift.strategies import registry
 from contextshift.strategies.context import Outcome, Rewrite, StrategyContext, Summary, excluded_for
-from contextshift.strategies.summarize import summary_id, summary_message
+from contextshift.strategies.summarize import divider, summary_id, summary_message
 from contextshift.summarizer.facts import retained
 
 log = logging.getLogger("contextshift.plugins")
@@ -271,8 +271,9 @@ class PluginStrategy:
                 before = ctx.current_input if ctx.current_input in kept else None
                 texts = ctx.conversation.texts(excluded)
                 facts_kept, facts_total = retained(texts, plan.summary)
-                divider = f"Earlier context ({len(excluded)} messages) was summarized."
-                summary = Summary(message, tokens, before, len(excluded), facts_kept, facts_total, divider)
+                summary = Summary(
+                    message, tokens, before, len(excluded), facts_kept, facts_total, divider(len(excluded))
+                )
             except TokenBudgetExceeded:
                 detail = f"the summary ({tokens} tokens) does not fit beside the protected blocks; dropped"
                 diagnostics.append(Diagnostic(source, "SUMMARY_DROPPED", detail, tokens))

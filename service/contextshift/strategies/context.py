@@ -129,6 +129,11 @@ class StrategyContext:
         roles = self.layout.roles
         return next((i for i in range(len(roles) - 1, -1, -1) if roles[i] == "user"), None)
 
+    @functools.cached_property
+    def current_text(self) -> str:
+        """The current input's text ("" without one): what relevance and summaries are scored by."""
+        return "" if self.current_input is None else self.conversation.texts([self.current_input])[0]
+
     def plan(
         self,
         counts: engine.Counts | None = None,

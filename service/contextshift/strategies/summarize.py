@@ -87,8 +87,7 @@ def summarize(ctx: StrategyContext) -> Outcome:
         extractive.Turn(layout.roles[i], text)
         for i, text in zip(summarized, ctx.conversation.texts(summarized), strict=True)
     ]
-    query = "" if ctx.current_input is None else ctx.conversation.texts([ctx.current_input])[0]
-    made = extractive.summarize(turns, query, fits)
+    made = extractive.summarize(turns, ctx.current_text, fits)
     if made is None:
         note = Diagnostic(source, "SUMMARY_SKIPPED", f"a summary does not fit in {limit} tokens")
         return Outcome(first, ctx.counts, diagnostics=[note])

@@ -68,9 +68,7 @@ def scores(ctx: StrategyContext, candidates: Sequence[int]) -> dict[int, tuple[f
         else:
             lexical.append(i)
     if lexical:
-        current = ctx.current_input
-        query_text = "" if current is None else ctx.conversation.texts([current])[0]
-        for i, score in zip(lexical, ctx.conversation.bm25(query_text, lexical), strict=True):
+        for i, score in zip(lexical, ctx.conversation.bm25(ctx.current_text, lexical), strict=True):
             scored[i] = (score, "bm25")
     return scored
 

@@ -365,8 +365,8 @@ def summarize(
         missing, lambda facts: tokens(extractive.with_facts(text, facts)) <= limit
     )
     text = extractive.with_facts(text, kept)
-    facts_kept, facts_total = fact_spans.retained(considered, text)
-    return LlmSummary(text, facts_kept, facts_total, usage)
+    facts_kept = sum(fact_spans.value(f) in text for f in found)
+    return LlmSummary(text, facts_kept, len(found), usage)
 
 
 # --- the server's endpoint --------------------------------------------------------------------
