@@ -202,6 +202,16 @@ def test_a_summary_that_cannot_fit_is_dropped(register: Callable[..., None]) -> 
     assert result.prompt_tokens <= 40
 
 
+def test_a_summary_larger_than_the_target_still_fits(register: Callable[..., None]) -> None:
+    # The summary's room leaves less than nothing of target_ratio x budget: the shift goes as low
+    # as it can, rather than failing the plugin.
+    register(lambda view: StrategyPlan(exclude=["u0", "a0"], summary="the user greeted " * 6))
+    result = shift(budget=60, options={"target_ratio": 0.3})
+    assert "PLUGIN_ERROR" not in events(result)
+    assert result.summary is not None and result.summary.tokens > 0.3 * 60
+    assert result.prompt_tokens <= 60
+
+
 # --- interceptors -------------------------------------------------------------------------------
 
 

@@ -153,7 +153,8 @@ class StrategyContext:
             self.unpinned,
             self.options.protect_current_input,
             self.options.start_on_user,
-            target=self.target(budget) if target is None else target,
+            # A reserve (a summary's room) may exceed the target: then the shift goes as low as it can.
+            target=max(0, self.target(budget) if target is None else target),
             forced=[*self.carried, *forced],
             ranked=ranked,
         )

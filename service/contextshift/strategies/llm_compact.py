@@ -150,7 +150,7 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
     plan = ctx.plan(
         forced=[(i, "SUMMARIZED") for i in blocks],
         budget=ctx.budget - size,
-        target=max(0, ctx.target() - size),
+        target=ctx.target() - size,
     )
     # Where the summarized history began: before the first block kept after its first block.
     before = next((k for k in plan.kept if k > blocks[0]), None)

@@ -51,7 +51,7 @@ def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] 
     MIN_SUMMARY_TOKENS), with the room it leaves; None when there is no such room."""
     reserve = min(reserve, ctx.budget)
     try:
-        plan = ctx.plan(budget=ctx.budget - reserve, target=max(0, ctx.target() - reserve))
+        plan = ctx.plan(budget=ctx.budget - reserve, target=ctx.target() - reserve)
     except TokenBudgetExceeded as e:
         room = ctx.budget - e.protected_tokens
         if room < MIN_SUMMARY_TOKENS:
