@@ -426,7 +426,8 @@ class Client:
 
     def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
         """The strategies the server offers, with their options."""
-        return _strategies(self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
+        request = pb.ListStrategiesRequest()
+        return _strategies(self._stub.ListStrategies(request, metadata=self._metadata, timeout=timeout))
 
     def finish_generation(
         self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
@@ -461,7 +462,9 @@ class AsyncClient:
                 else aio.secure_channel(target, credentials)
             )
         self._channel = channel
-        self._stub = context_service_pb2_grpc.ContextShiftServiceAsyncStub(self._channel)
+        self._stub = context_service_pb2_grpc.ContextShiftServiceStub(
+            self._channel
+        )  # typed as the async stub for an aio channel
         self._metadata = _metadata(api_key)
 
     async def __aenter__(self) -> Self:
@@ -515,7 +518,8 @@ class AsyncClient:
         return [_profile_info(p) for p in response.profiles]
 
     async def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
-        return _strategies(await self._stub.ListStrategies(pb.ListStrategiesRequest(), timeout=timeout))
+        request = pb.ListStrategiesRequest()
+        return _strategies(await self._stub.ListStrategies(request, metadata=self._metadata, timeout=timeout))
 
     async def finish_generation(
         self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]

@@ -5,6 +5,7 @@ chat RPC and route for each tenant against the other's data."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -134,6 +135,13 @@ def test_a_valid_key_is_served_as_its_tenant(keyed: ServerProcess) -> None:
         assert call_route(keyed, "PreviewContext", headers(tenant)).status_code == 200
     with contextshift.Client(keyed.address, api_key=KEYS["acme"]) as client:
         assert client.count_tokens(["abcde"]) == [2]
+        assert client.list_profiles() and client.list_strategies().strategies
+
+    async def listed() -> int:
+        async with contextshift.AsyncClient(keyed.address, api_key=KEYS["acme"]) as client:
+            return len((await client.list_strategies()).strategies)
+
+    assert asyncio.run(listed()) > 0
     lines = keyed.log_lines()
     served = [line for line in lines if line.get("status") in ("OK", "200")]
     assert {
