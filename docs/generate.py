@@ -22,6 +22,7 @@ sys.path.insert(0, str(ROOT / "proto"))  # the generator of the Python code runs
 from generate_python import run_protoc  # noqa: E402
 from google.protobuf import descriptor_pb2  # noqa: E402
 
+from contextshift.api import openapi  # noqa: E402
 from contextshift.api.config import SETTINGS, Setting  # noqa: E402
 from contextshift.api.http import OPERATIONS  # noqa: E402
 
@@ -134,8 +135,8 @@ def _http_routes() -> Iterator[str]:
         "The same server answers on `http_port` with the RPCs' messages in the protobuf JSON mapping "
         "(lowerCamelCase or the .proto's names; int64 as strings in answers, strings or numbers in "
         'requests; `blocksJson` may also be the array itself). Errors are `{"error": {code, status, '
-        "message, details, ...}}` (google.rpc.Status over HTTP) with `reason`, `protected_tokens` and "
-        "`budget` of an ErrorInfo and the `field_violations` of a BadRequest flattened in. The OpenAPI "
+        "message, details, ...}}` (google.rpc.Status over HTTP) with `reason`, `protected_tokens`, "
+        "`budget` and `tools_tokens` of an ErrorInfo and the `field_violations` of a BadRequest flattened in. The OpenAPI "
         "document is served at `/openapi.json`.\n"
     )
     yield "| method | path | RPC | what it does |"
@@ -147,15 +148,11 @@ def _http_routes() -> Iterator[str]:
         "\nAlso `GET /healthz` (the process is up), `GET /readyz` (503 while draining), `GET /metrics` "
         "(Prometheus), `GET /openapi.json` and `GET /` (the preview page); these need no API key.\n"
     )
-    yield "| gRPC status | HTTP status |"
+    yield "| HTTP status | when |"
     yield "|---|---|"
-    yield "| `INVALID_ARGUMENT` | 400 |"
-    yield "| `UNAUTHENTICATED` | 401 |"
-    yield "| `NOT_FOUND` (an unknown generation; a chat of another tenant) | 404 |"
-    yield "| `RESOURCE_EXHAUSTED` | 413 for a body over `max_request_bytes`, 429 over `max_concurrent_rpcs` |"
-    yield "| `FAILED_PRECONDITION` (`TOKEN_BUDGET_EXCEEDED`) | 422 |"
-    yield "| `UNIMPLEMENTED` | 501 |"
-    yield "| `INTERNAL` | 500 |\n"
+    for code, text in openapi.ERRORS.items():
+        yield f"| {code} | {_cell(text)} |"
+    yield ""
 
 
 def api_markdown() -> str:

@@ -430,10 +430,7 @@ def _count(args: argparse.Namespace) -> int:
         console.print(
             f"{source}: {len(items)} {'texts' if args.text is not None else 'blocks'}, {sum(counts)} tokens"
         )
-    if len(counted) > 1:
-        console.print(f"total {sum(sum(c) for _, _, c in counted)} tokens, profile {profile}")
-    else:
-        console.print(f"total {sum(counted[0][2])} tokens, profile {profile}")
+    console.print(f"total {sum(sum(c) for _, _, c in counted)} tokens, profile {profile}")
     return 0
 
 
@@ -457,10 +454,7 @@ def _bench_profiles(args: argparse.Namespace) -> int:
 
 
 def _print_bench_report(report: Any) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
+    console = stdout()
     speed = Table(
         title=f"Counting throughput: {report.messages} messages, {report.bytes / 1000:.1f} kB "
         f"from {report.documents} documents (count cache bypassed)"

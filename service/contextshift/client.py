@@ -462,9 +462,8 @@ class AsyncClient:
                 else aio.secure_channel(target, credentials)
             )
         self._channel = channel
-        self._stub = context_service_pb2_grpc.ContextShiftServiceStub(
-            self._channel
-        )  # typed as the async stub for an aio channel
+        # The generated stub over an aio channel (typed as the .pyi's async stub).
+        self._stub = context_service_pb2_grpc.ContextShiftServiceStub(self._channel)
         self._metadata = _metadata(api_key)
 
     async def __aenter__(self) -> Self:

@@ -187,7 +187,7 @@ def observe_store(operation: str) -> Iterator[None]:
     try:
         yield
     finally:
-        STORE_LATENCY.labels(operation).observe(time.perf_counter() - start)
+        _child(STORE_LATENCY, operation).observe(time.perf_counter() - start)
 
 
 class _TimedStore:
@@ -207,6 +207,7 @@ class _TimedStore:
             with observe_store(name):
                 return attribute(*args, **kwargs)
 
+        setattr(self, name, timed)  # wrapped once: __getattr__ runs only for names not yet set
         return timed
 
 

@@ -118,21 +118,23 @@ _ERROR = {
         }
     },
 }
-_ERRORS = {
+ERRORS = {
     "400": "Bad input: `field_violations` names each field.",
     "401": "No valid API key (`authorization: Bearer <key>`), when the server has keys.",
     "404": "No such chat or generation for the caller's tenant.",
+    "409": "A stale or already finished generation, a generation id in use, or a model role no configuration holds.",
     "413": "The body is over the server's max_request_bytes.",
     "422": "TOKEN_BUDGET_EXCEEDED: the protected blocks take `protected_tokens`, over `budget` less `tools_tokens`.",
     "429": "The server is at its limit of calls in flight; retry later.",
     "500": "A bug in contextshift; the server logs it.",
     "501": "The RPC needs a part this server does not have yet.",
+    "503": "The store is unavailable, or the server is draining.",
 }
 
 
 def _error_responses() -> dict[str, Any]:
     content = {"application/json": {"schema": {"$ref": _SCHEMAS + "Error"}}}
-    return {code: {"description": text, "content": content} for code, text in _ERRORS.items()}
+    return {code: {"description": text, "content": content} for code, text in ERRORS.items()}
 
 
 def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
