@@ -12,7 +12,6 @@ messages when the server runs with `audit_messages = false`.
 from __future__ import annotations
 
 import threading
-from enum import Enum
 from typing import Any
 
 import lz4.frame
@@ -122,12 +121,6 @@ def previous_prompt(stored: StoredAudit) -> PreviousPrompt:
     )
 
 
-class _Stage(Enum):
-    WAITING = 1
-    WRITING = 2
-    WRITTEN = 3
-
-
 class AuditWrite:
     """Whether a ShiftContext's audit may still be written, decided between the call (on the event
     loop) and its engine thread, so that a call cancelled by its client or its deadline leaves the
@@ -142,22 +135,19 @@ class AuditWrite:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stage = _Stage.WAITING
+        self._written = False
         self._cancelled = False
 
     def begin(self) -> bool:
         """On the thread, before writing: False when the call was cancelled (write nothing)."""
         with self._lock:
-            if self._cancelled:
-                return False
-            self._stage = _Stage.WRITING
-            return True
+            return not self._cancelled
 
     def end(self) -> bool:
         """On the thread, after the write committed: True when the call was cancelled meanwhile,
         so the thread must mark the generation CANCELLED."""
         with self._lock:
-            self._stage = _Stage.WRITTEN
+            self._written = True
             return self._cancelled
 
     def cancel(self) -> bool:
@@ -165,4 +155,4 @@ class AuditWrite:
         so the call must mark the generation CANCELLED (while writing, the thread does)."""
         with self._lock:
             self._cancelled = True
-            return self._stage is _Stage.WRITTEN
+            return self._written

@@ -70,6 +70,11 @@ AUDIT_UPSERT = (
     "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
     "payload = excluded.payload"
 )
+_CALIBRATION = "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?"
+_AUDIT = (
+    f"SELECT a.payload, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} FROM audits a JOIN generations g "
+    "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
+)
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
 
 
@@ -113,6 +118,10 @@ def _generation(row: Row) -> Generation:
 
 def _config(row: Row) -> ModelConfig:
     return ModelConfig(row[0], Role(row[1]), row[2], row[3], row[4], row[5], row[6])
+
+
+def _calibration(model: str, rows: list[Row]) -> Calibration | None:
+    return Calibration(model, rows[0][0], rows[0][1]) if rows else None
 
 
 def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
@@ -193,10 +202,7 @@ class SqlStore(ABC):
     # --- shifts -----------------------------------------------------------------------------
 
     def calibration(self, tenant: str, model: str) -> Calibration | None:
-        rows = self._query(
-            "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, model)
-        )
-        return Calibration(model, rows[0][0], rows[0][1]) if rows else None
+        return _calibration(model, self._query(_CALIBRATION, (tenant, model)))
 
     def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
         rows = self._query(_HISTORY, (profile, tenant, chat_id))
@@ -253,11 +259,7 @@ class SqlStore(ABC):
                     recorded = self._calibrate(tx, tenant, g, report.reported_prompt_tokens, alpha)
             current_calibration = recorded
             if current_calibration is None and g.model:
-                found = tx.rows(
-                    "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?",
-                    (tenant, g.model),
-                )
-                current_calibration = Calibration(g.model, found[0][0], found[0][1]) if found else None
+                current_calibration = _calibration(g.model, tx.rows(_CALIBRATION, (tenant, g.model)))
             return Finished(after, recorded is not None, current_calibration)
 
         return self._run(work, write=True)
@@ -273,9 +275,7 @@ class SqlStore(ABC):
             "ON CONFLICT (tenant, model) DO NOTHING",
             (tenant, g.model, now_ms()),
         )
-        ((factor, samples),) = tx.locked(
-            "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?", (tenant, g.model)
-        )
+        ((factor, samples),) = tx.locked(_CALIBRATION, (tenant, g.model))
         previous = Calibration(g.model, factor, samples) if samples else None
         updated = calibration.update(previous, g.model, g.prompt_tokens, reported, alpha)
         assert updated is not None  # the report carried information (checked above)
@@ -288,13 +288,7 @@ class SqlStore(ABC):
     # --- audits and chats -------------------------------------------------------------------
 
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
-        columns = ", ".join(f"g.{c}" for c in _GENERATION_FIELDS)
-        rows = self._query(
-            f"SELECT a.payload, {columns} FROM audits a JOIN generations g "
-            "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
-            "WHERE a.tenant = ? AND a.chat_id = ?",
-            (tenant, chat_id),
-        )
+        rows = self._query(_AUDIT, (tenant, chat_id))
         return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
 
     def delete_chat(self, tenant: str, chat_id: str) -> bool:
@@ -337,15 +331,7 @@ class SqlStore(ABC):
     # --- model configurations ---------------------------------------------------------------
 
     def set_model_config(self, tenant: str, config: ModelConfig) -> ModelConfig:
-        stored = ModelConfig(
-            config.model,
-            config.role,
-            config.context_size,
-            config.max_output_tokens,
-            config.system_reserve,
-            config.profile,
-            now_ms(),
-        )
+        stored = replace(config, updated_ms=now_ms())
 
         def work(tx: Tx) -> ModelConfig:
             if stored.role is not Role.NONE:
