@@ -72,14 +72,14 @@ fn json_text(text: &Bound<'_, PyAny>) -> Result<Option<String>, String> {
     }
 }
 
-/// The profile `name` (loaded on first use, without the GIL: a vocabulary or a tokenizer.json
-/// takes a while); an unknown or unloadable profile is `InvalidOptions` on field `profile`.
 /// The char cap of a conversation: `max_block_chars` for every block, and a tool result's own
 /// cap when one is given.
 fn char_cap(max_block_chars: usize, tool_result_max_chars: Option<usize>) -> CharCap {
     CharCap { block: max_block_chars, tool_result: tool_result_max_chars.unwrap_or(max_block_chars) }
 }
 
+/// The profile `name` (loaded on first use, without the GIL: a vocabulary or a tokenizer.json
+/// takes a while); an unknown or unloadable profile is `InvalidOptions` on field `profile`.
 fn profile_named(py: Python<'_>, name: &str) -> PyResult<Arc<Profile>> {
     py.detach(|| profile_by_name(name))
         .map_err(|e: ProfileError| InvalidOptions::new_err((vec![("profile".to_owned(), e.to_string())],)))

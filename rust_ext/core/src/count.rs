@@ -22,10 +22,11 @@ pub fn block_tokens(profile: &Profile, block: &Block) -> u64 {
 
 /// Tokens the tool definitions sent with a prompt take, by the profile's rule (`ToolRule`).
 pub fn tools_tokens(profile: &Profile, tools: &[Tool]) -> u64 {
-    let json_text: u64 = tools.iter().map(|tool| profile.text_tokens(&tool.json)).sum();
+    // Counted only by the rules that use it (the OpenAI formula reads the functions' fields).
+    let json_text = || tools.iter().map(|tool| profile.text_tokens(&tool.json)).sum::<u64>();
     match profile.tool_rule() {
-        ToolRule::JsonText => json_text,
-        ToolRule::AnthropicToolUse { system_prompt } if !tools.is_empty() => system_prompt + json_text,
+        ToolRule::JsonText => json_text(),
+        ToolRule::AnthropicToolUse { system_prompt } if !tools.is_empty() => system_prompt + json_text(),
         ToolRule::AnthropicToolUse { .. } => 0,
         ToolRule::OpenAiFunctions { func_init } => openai_functions(profile, tools, func_init),
     }

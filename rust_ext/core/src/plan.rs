@@ -230,12 +230,16 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
     // A strategy's exclusions take out history (a message block), which the repair below then
     // tidies; dropping a lorebook or memory entry does not.
     let mut removed_any = false;
-    for &(i, reason) in input.forced {
+    // Excludes block `i`'s group for a strategy, unless it is protected or already out.
+    let mut exclude = |planner: &mut Planner, i: usize, reason: Reason| {
         let g = groups.group_of[i];
         if !group_protected[g] && planner.kept[groups.members(g)[0]] {
             removed_any |= groups.members(g).iter().any(|&m| input.blocks[m].kind == Kind::Message);
             planner.exclude(g, reason);
         }
+    };
+    for &(i, reason) in input.forced {
+        exclude(&mut planner, i, reason);
     }
 
     let limit = if planner.total > input.budget { input.target.min(input.budget) } else { input.budget };
@@ -243,11 +247,7 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
         if planner.total <= limit {
             break;
         }
-        let g = groups.group_of[i];
-        if !group_protected[g] && planner.kept[groups.members(g)[0]] {
-            removed_any |= groups.members(g).iter().any(|&m| input.blocks[m].kind == Kind::Message);
-            planner.exclude(g, reason);
-        }
+        exclude(&mut planner, i, reason);
     }
     for (g, &is_protected) in group_protected.iter().enumerate() {
         if planner.total <= limit {
