@@ -71,7 +71,8 @@ class SqliteStore(SqlStore):
         self._busy_timeout_ms = busy_timeout_ms
         self._local = threading.local()
         self._lock = threading.RLock()
-        self._opened: list[sqlite3.Connection] = []
+        # Every connection opened, with the process that opened it (the only one that may close it).
+        self._opened: list[tuple[int, sqlite3.Connection]] = []
         # This process's write connection and the lock its writers take turns with, by pid.
         self._writer: tuple[int, threading.Lock, sqlite3.Connection] | None = None
 
@@ -108,7 +109,7 @@ class SqliteStore(SqlStore):
         except (sqlite3.Error, OSError) as e:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
         with self._lock:
-            self._opened.append(connection)
+            self._opened.append((os.getpid(), connection))
         return connection
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
@@ -147,8 +148,9 @@ class SqliteStore(SqlStore):
         with self._lock:
             opened, self._opened = self._opened, []
         self._writer = None
-        for connection in opened:
-            connection.close()
+        for pid, connection in opened:
+            if pid == os.getpid():  # a parent's, inherited through a fork, is the parent's to close
+                connection.close()
 
 
 @contextmanager
