@@ -22,10 +22,17 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 START_TIMEOUT = 30.0
 
 
+def free_ports(count: int) -> list[int]:
+    """`count` different free ports: bound together, so the kernel cannot hand one out twice."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @dataclass
@@ -109,8 +116,12 @@ def start_server(
     """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
     `env`. The store is `store`, or a SQLite file of its own in `tmp_path`. With `gate`, every
     engine call waits for the gate to open."""
-    port = free_port() if port is None else port
-    http_port = free_port() if http_port is None else http_port
+    # Chosen together: two separate picks can return the same port.
+    chosen = iter(free_ports(2))
+    port = next(chosen) if port is None else port
+    http_port = next(chosen) if http_port is None else http_port
+    if http_port == port:
+        http_port = next(chosen)
     store = store or f"sqlite:///{tmp_path}/store-{port}.db"
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
