@@ -1,16 +1,25 @@
-"""What the metrics record for events no server traffic produces yet: strategy diagnostics (no
-strategy reports one today) and audit store latency (no store yet). In process; the server-level
-counts are in tests/integration/test_metrics.py."""
+"""What the metrics record from the diagnostics of real shifts (in process, from the library's own
+results): every fallback to truncate counted by strategy and cause, the other diagnostics only as
+events; and the audit store's operations timed. The server-level counts, a fallback among them,
+are in tests/integration/test_metrics.py."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fake_llm import closed_port_url
 from prometheus_client.parser import text_string_to_metric_families
+from test_strategies import long_chat
 
+import contextshift
 from contextshift.api import metrics
-from contextshift.diagnostics import Diagnostic
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def samples() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+def samples() -> Samples:
     return {
         (s.name, frozenset(s.labels.items())): s.value
         for family in text_string_to_metric_families(metrics.render().decode())
@@ -18,21 +27,68 @@ def samples() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def test_diagnostics_count_by_event_and_store_operations_are_timed() -> None:
-    fallback = ("contextshift_shift_events_total", frozenset({("event", "FALLBACK_TO_TRUNCATE")}))
-    shifts = ("contextshift_shifts_total", frozenset({("strategy", "summarize")}))
-    store = ("contextshift_store_operation_duration_seconds_count", frozenset({("operation", "get_audit")}))
+def added(before: Samples, after: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    """What `name`'s samples gained between two scrapes, by labels (the unchanged left out)."""
+    gained = {labels: v - before.get((n, labels), 0.0) for (n, labels), v in after.items() if n == name}
+    return {labels: v for labels, v in gained.items() if v}
+
+
+def labels(**values: str) -> frozenset[tuple[str, str]]:
+    return frozenset(values.items())
+
+
+@pytest.fixture
+def plugins() -> Iterator[Callable[[str, Callable[..., Any]], None]]:
+    cleanups: list[Callable[[], None]] = []
+    yield lambda name, fn: cleanups.append(contextshift.register_strategy(name, fn))
+    for cleanup in cleanups:
+        cleanup()
+
+
+def raises(view: Any) -> list[str]:
+    raise RuntimeError("a plugin bug quoting Question 3: the invoice INV-1003")
+
+
+def test_fallbacks_are_counted_from_the_diagnostics_of_real_shifts(
+    plugins: Callable[[str, Callable[..., Any]], None],
+) -> None:
+    plugins("raises", raises)
+    plugins("drops-system", lambda view: ["sys"])  # the system block is protected: rejected
+    plugins("unknown-ids", lambda view: ["no-such-block"])
+    plugins("splits-nothing", lambda view: ["u0", "a0"])  # a good plan: no fallback
+    blocks = long_chat(12)
+    runs = [
+        ("raises", {}),
+        ("raises", {}),
+        ("drops-system", {}),
+        ("unknown-ids", {}),
+        ("splits-nothing", {}),
+        ("llm-compact", {"compact_base_url": closed_port_url(), "compact_model": "m1"}),
+    ]
     before = samples()
-    metrics.record_shift(
-        "summarize",
-        [
-            Diagnostic("host", "FALLBACK_TO_TRUNCATE", "the strategy raised"),
-            Diagnostic("host", "GROUP_EXTENDED", "a tool group went whole", tokens=12),
-        ],
-    )
+    for strategy, options in runs:
+        result = contextshift.shift_context(blocks, budget=700, strategy=strategy, options=options)
+        metrics.record_shift(result.strategy, result.diagnostics)
+    after = samples()
+
+    assert added(before, after, "contextshift_fallbacks_total") == {
+        labels(strategy="raises", cause="PLUGIN_ERROR"): 2,
+        labels(strategy="drops-system", cause="PLAN_REJECTED"): 1,
+        labels(strategy="unknown-ids", cause="PLAN_INVALID"): 1,
+        labels(strategy="llm-compact", cause="LLM_FALLBACK"): 1,
+    }
+    events = added(before, after, "contextshift_shift_events_total")
+    for event, count in [("PLUGIN_ERROR", 2), ("PLAN_REJECTED", 1), ("PLAN_INVALID", 1), ("LLM_FALLBACK", 1)]:
+        assert events[labels(event=event)] == count
+    assert added(before, after, "contextshift_shifts_total")[labels(strategy="splits-nothing")] == 1
+    # Nothing the conversation or the plugin's error said is in a label.
+    text = metrics.render().decode()
+    assert "INV-1003" not in text and "Question" not in text
+
+
+def test_store_operations_are_timed() -> None:
+    store = ("contextshift_store_operation_duration_seconds_count", labels(operation="get_audit"))
+    before = samples()
     with metrics.observe_store("get_audit"):
         pass
-    after = samples()
-    assert after[fallback] - before.get(fallback, 0) == 1
-    assert after[shifts] - before.get(shifts, 0) == 1
-    assert after[store] - before.get(store, 0) == 1
+    assert samples()[store] - before.get(store, 0) == 1

@@ -7,12 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The events of a shift whose strategy failed and that fell back to truncate: llm-compact's LLM
+# failed (strategies/llm_compact.py), or a plugin strategy raised, ran past its time limit or
+# returned a plan the host refused (plugins.py). The metrics count these as fallbacks.
+FALLBACK_EVENTS = frozenset(
+    {"LLM_FALLBACK", "PLUGIN_ERROR", "PLUGIN_TIMEOUT", "PLAN_REJECTED", "PLAN_INVALID"}
+)
+
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
     # Who: "host", "strategy:<name>", "interceptor:<name>".
     source: str
-    # What happened, a stable code such as "FALLBACK_TO_TRUNCATE" or "GROUP_EXTENDED".
+    # What happened, a stable code such as "LLM_FALLBACK" or "GROUP_EXTENDED".
     event: str
     # A sentence for people; never message content.
     detail: str

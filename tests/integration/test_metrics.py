@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from fake_llm import closed_port_url
 from prometheus_client.parser import text_string_to_metric_families
 
 from contextshift import profiles, shift_context
@@ -18,6 +19,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 
 from .conftest import ServerProcess, start_server
 from .test_grpc_service import AS_JSON
+from .test_grpc_strategies import chat
 
 SERVICE = "/contextshift.v1.ContextShiftService/"
 PREVIEW_ROUTE = "POST /api/v2/context-preview"
@@ -110,8 +112,52 @@ def test_counts_after_known_traffic(fresh: ServerProcess) -> None:
     assert value(samples, "contextshift_shifts_total", strategy="truncate") == 6
     assert value(samples, "contextshift_budget_exceeded_total", method=SERVICE + "PreviewContext") == 1
     assert value(samples, "contextshift_budget_exceeded_total", method=PREVIEW_ROUTE) == 1
-    # A plain truncate reports no diagnostics: no fallback events.
+    # A plain truncate reports no diagnostics: no events, no fallbacks.
     assert not [key for key in samples if key[0] == "contextshift_shift_events_total"]
+    assert not [key for key in samples if key[0] == "contextshift_fallbacks_total"]
+
+
+def test_a_compaction_endpoint_that_refuses_counts_fallbacks(tmp_path: Path) -> None:
+    """llm-compact against an endpoint where nothing listens: every shift falls back to truncate
+    (LLM_FALLBACK), and each one is a fallback by strategy and cause, on both surfaces."""
+    env = {"CONTEXTSHIFT_COMPACT_URL": closed_port_url(), "CONTEXTSHIFT_COMPACT_MODEL": "big"}
+    running = start_server(tmp_path, env=env)
+    try:
+        blocks = json.dumps(chat(12))
+        stub = context_service_pb2_grpc.ContextShiftServiceStub(grpc.insecure_channel(running.address))
+        for _ in range(2):
+            plan = stub.ShiftContext(
+                pb.ShiftContextRequest(
+                    blocks_json=blocks, strategy="llm-compact", context_limit=700, response_reserve=0
+                )
+            ).plan
+            assert [d.event for d in plan.diagnostics] == ["LLM_FALLBACK"]
+        # A plain truncate of the same chat: no fallback.
+        stub.PreviewContext(
+            pb.PreviewContextRequest(blocks_json=blocks, context_limit=700, response_reserve=0)
+        )
+        with httpx.Client(base_url=running.http_url, timeout=10) as client:
+            body = {
+                "blocksJson": blocks,
+                "strategy": "llm-compact",
+                "contextLimit": 700,
+                "responseReserve": 0,
+            }
+            answer = client.post("/api/v2/context-preview", json=body)
+            assert answer.status_code == 200
+            assert [d["event"] for d in answer.json()["plan"]["diagnostics"]] == ["LLM_FALLBACK"]
+        samples = scrape(running)
+    finally:
+        assert running.terminate() == 0
+    fallbacks = {
+        frozenset(labels): v
+        for (name, labels), v in samples.items()
+        if name == "contextshift_fallbacks_total"
+    }
+    assert fallbacks == {frozenset({("strategy", "llm-compact"), ("cause", "LLM_FALLBACK")}): 3}
+    assert value(samples, "contextshift_shift_events_total", event="LLM_FALLBACK") == 3
+    assert value(samples, "contextshift_shifts_total", strategy="llm-compact") == 3
+    assert value(samples, "contextshift_shifts_total", strategy="truncate") == 1
 
 
 def test_count_cache_lookups_and_hit_ratio(fresh: ServerProcess) -> None:

@@ -6,7 +6,7 @@ writes its samples there, and `/metrics` on any worker reads them all. When a wo
 live-only gauges are dropped (`worker_exited`).
 
 Labels carry only names the server defines or registers (surface, RPC or route template, status,
-strategy, diagnostic event, store operation), never message content, chat ids or tenants.
+strategy, diagnostic event, fallback cause, store operation), never message content, chat ids or tenants.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from prometheus_client import (
 
 from contextshift import profiles
 from contextshift.audit.store import Store
-from contextshift.diagnostics import Diagnostic
+from contextshift.diagnostics import FALLBACK_EVENTS, Diagnostic
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
 
@@ -60,8 +60,14 @@ TOKENS = Counter(
 SHIFTS = Counter("contextshift_shifts", "Successful shifts and previews, by strategy.", ["strategy"])
 SHIFT_EVENTS = Counter(
     "contextshift_shift_events",
-    "Diagnostics of shifts by event, e.g. FALLBACK_TO_TRUNCATE, PLAN_REJECTED (ContextPlan.diagnostics).",
+    "Diagnostics of shifts by event, e.g. LLM_FALLBACK, GROUP_EXTENDED (ContextPlan.diagnostics).",
     ["event"],
+)
+FALLBACKS = Counter(
+    "contextshift_fallbacks",
+    "Shifts and previews whose strategy failed and fell back to truncate, by strategy and cause (the "
+    "diagnostic's event: LLM_FALLBACK, PLUGIN_ERROR, PLUGIN_TIMEOUT, PLAN_REJECTED, PLAN_INVALID).",
+    ["strategy", "cause"],
 )
 BUDGET_EXCEEDED = Counter(
     "contextshift_budget_exceeded",
@@ -173,6 +179,9 @@ def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
     _child(SHIFTS, strategy).inc()
     for diagnostic in diagnostics:
         _child(SHIFT_EVENTS, diagnostic.event).inc()
+        # The event code, not the detail: the detail has numbers (a status, a timeout) and names.
+        if diagnostic.event in FALLBACK_EVENTS:
+            _child(FALLBACKS, strategy, diagnostic.event).inc()
 
 
 def record_budget_exceeded(method: str) -> None:
