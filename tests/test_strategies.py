@@ -4,7 +4,10 @@ engine's promises for every strategy on generated conversations; these pin the e
 
 from __future__ import annotations
 
+import importlib.util
 import json
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -150,6 +153,29 @@ def test_sentences_split_on_cjk_ends_and_keep_code_blocks_whole() -> None:
         "Done.",
         "Next.",
     ]
+
+
+def facts_benchmark() -> ModuleType:
+    """benchmarks/facts.py, loaded from its file (benchmarks/ is not on the test path)."""
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "facts.py"
+    spec = importlib.util.spec_from_file_location("facts_benchmark", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_facts_benchmark_fails_when_retention_misses_the_target() -> None:
+    bench = facts_benchmark()
+
+    def row(facts_stated: int, kept: int) -> dict[str, Any]:
+        return {"facts": facts_stated, "kept": kept, "baseline_kept": 0, "extracted": [kept, facts_stated]}
+
+    finding, status = bench.verdict([row(10, 10), row(10, 7)])  # 85%
+    assert status == 1 and finding.endswith("FAIL")
+    finding, status = bench.verdict([row(10, 10), row(10, 8)])  # 90%: met
+    assert status == 0 and finding.endswith("PASS")
+    assert bench.verdict([])[1] == 1  # no facts measured is no evidence
 
 
 # --- vector-recall ------------------------------------------------------------------------------
