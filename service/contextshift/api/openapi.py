@@ -127,7 +127,6 @@ ERRORS = {
     "422": "TOKEN_BUDGET_EXCEEDED: the protected blocks take `protected_tokens`, over `budget` less `tools_tokens`.",
     "429": "The server is at its limit of calls in flight; retry later.",
     "500": "A bug in contextshift; the server logs it.",
-    "501": "The RPC needs a part this server does not have yet.",
     "503": "The store is unavailable, or the server is draining.",
 }
 

@@ -90,9 +90,6 @@ function showMessage(title, lines = [], kind = "error") {
 function showError(error, what) {
   const e = error.error;
   if (!e) return showMessage(`${what}: ${error.message}`);
-  if (e.status === "UNIMPLEMENTED") {
-    return showMessage(`${what}: not available on this server (${e.code})`, [e.message], "info");
-  }
   if (e.reason === "TOKEN_BUDGET_EXCEEDED") {
     return showMessage(`${what}: the protected blocks alone do not fit`, [
       `protected blocks take ${e.protected_tokens} tokens, over the budget of ${e.budget}`,
