@@ -311,6 +311,11 @@ def test_a_shift_cancelled_while_its_audit_is_written_is_recorded_cancelled(tmp_
                 assert await call.code() == grpc.StatusCode.CANCELLED
 
         asyncio.run(cancel_while_writing())
+        # The client knows at once that it cancelled; the server learns it when the stream reset
+        # arrives. Open the gate only once the server has seen it (its log line comes after the
+        # call's cancellation handling): opened earlier, the write can finish and the reply go
+        # out before the reset lands, and the server rightly records a shift it answered.
+        wait_for_log(running, "/contextshift.v1.ContextShiftService/ShiftContext", "CANCELLED")
         gate.open()
         with grpc.insecure_channel(running.address) as chan:
             deadline = time.monotonic() + 10
