@@ -1,13 +1,16 @@
 """API keys and tenants on both surfaces: every RPC and route refuses a call without a valid key,
 health and metrics stay open, and a tenant reaches only its own generations, chats (audits and
-stored history) and model configurations, even with the same ids: the matrix below runs every
-chat RPC and route for each tenant against the other's data."""
+stored history) and model configurations, even with the same ids. The chat matrix runs every chat
+RPC and route of one tenant on the other's chat id (with and without a chat of its own under that
+id), for each tenant as the owner, and checks the owner's data is unchanged after."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -199,62 +202,239 @@ def audit_of(server: ServerProcess, tenant: str, chat: str) -> pb.ContextAudit |
     return audit
 
 
-@pytest.mark.parametrize("tenant", sorted(KEYS))
-def test_chats_are_the_tenants_own_on_every_rpc_and_route(keyed: ServerProcess, tenant: str) -> None:
-    """Both tenants use the chat id "shared"; `tenant` alone has the chat "own-<tenant>". Every chat
-    RPC and route of the other tenant misses `tenant`'s data, and `tenant` still has it after."""
-    intruder = other(tenant)
-    own = f"own-{tenant}"
-    generations = {}
-    for who, chat in ((tenant, "shared"), (intruder, "shared"), (tenant, own)):
-        request = pb.ShiftContextRequest(
-            blocks_json=TEXT, chat_id=chat, provider=who, generation_id=f"g-{who}-{chat}"
-        )
-        generations[who, chat] = call_rpc(keyed, "ShiftContext", request, metadata(who)).generation_id
-    history = json.dumps([{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "reply"}])
-    call_rpc(
-        keyed, "AppendBlocks", pb.AppendBlocksRequest(chat_id=own, blocks_json=history), metadata(tenant)
-    )
+# --- the chat matrix: every chat RPC and route, by one tenant on the other's chat id ------------
 
-    # Same chat id: each tenant reads its own audit.
-    for who in (tenant, intruder):
-        audit = audit_of(keyed, who, "shared")
-        assert (
-            audit is not None and audit.provider == who and audit.generation_id == generations[who, "shared"]
-        )
-    # The other tenant reads, finishes, deletes nothing of `own`, on either surface.
-    assert audit_of(keyed, intruder, own) is None
-    assert call_route(keyed, "GetContextAudit", headers(intruder), path_id=own).status_code == 404
-    finish = pb.FinishGenerationRequest(
-        generation_id=generations[tenant, own], status=pb.GENERATION_STATUS_COMPLETED
-    )
+# The owner's stored history and the intruder's (when it has a chat of the same id) differ in
+# length, so a shift on stored history says whose it read.
+OWNER_HISTORY = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "reply"}]
+INTRUDER_HISTORY = [
+    {"role": "user", "content": "other"},
+    {"role": "assistant", "content": "answer"},
+    {"role": "user", "content": "more"},
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    server: ServerProcess
+    owner: str
+    intruder: str
+    chat: str  # the owner's chat id, which the intruder uses
+    generation: str  # the owner's pending generation of that chat
+    intruder_has_chat: bool  # the intruder has a chat of the same id (history, an audit) of its own
+
+    @property
+    def intruder_history(self) -> int:
+        """Blocks of stored history the intruder has under the chat id."""
+        return len(INTRUDER_HISTORY) if self.intruder_has_chat else 0
+
+    def rpc(self, name: str, request: Any) -> Any:
+        return call_rpc(self.server, name, request, metadata(self.intruder))
+
+    def route(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        with httpx.Client(base_url=self.server.http_url, timeout=10) as client:
+            return client.request(method, path, json=body, headers=headers(self.intruder))
+
+    def assert_intruders_audit(self, audit: pb.ContextAudit | None) -> None:
+        """What the intruder reads under the chat id: its own audit, or none; never the owner's."""
+        if self.intruder_has_chat:
+            assert audit is not None and audit.provider == self.intruder
+            assert audit.generation_id != self.generation
+        else:
+            assert audit is None
+
+
+def _not_found(case: Case, name: str, request: Any) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        call_rpc(keyed, "FinishGeneration", finish, metadata(intruder))
+        case.rpc(name, request)
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND
-    assert (
-        call_route(keyed, "FinishGeneration", headers(intruder), path_id=generations[tenant, own]).status_code
-        == 404
+
+
+def grpc_shift(case: Case) -> None:
+    request = pb.ShiftContextRequest(blocks_json=TEXT, chat_id=case.chat, provider=case.intruder)
+    generation = case.rpc("ShiftContext", request).generation_id
+    assert generation != case.generation
+    # The audit it wrote is the intruder's own, under its tenant.
+    audit = audit_of(case.server, case.intruder, case.chat)
+    assert audit is not None and audit.provider == case.intruder and audit.generation_id == generation
+
+
+def grpc_shift_stored_history(case: Case) -> None:
+    request = pb.ShiftContextRequest(blocks_json=TEXT, chat_id=case.chat, use_stored_history=True)
+    plan = case.rpc("ShiftContext", request).plan
+    assert plan.compaction.original_count == case.intruder_history + len(AS_JSON)
+
+
+def grpc_preview_stored_history(case: Case) -> None:
+    request = pb.PreviewContextRequest(blocks_json=TEXT, chat_id=case.chat, use_stored_history=True)
+    plan = case.rpc("PreviewContext", request).plan
+    assert plan.compaction.original_count == case.intruder_history + len(AS_JSON)
+
+
+def grpc_audit(case: Case) -> None:
+    case.assert_intruders_audit(audit_of(case.server, case.intruder, case.chat))
+
+
+def grpc_finish(case: Case) -> None:
+    completed = pb.GENERATION_STATUS_COMPLETED
+    _not_found(
+        case, "FinishGeneration", pb.FinishGenerationRequest(generation_id=case.generation, status=completed)
     )
-    assert not call_rpc(keyed, "DeleteChat", pb.DeleteChatRequest(chat_id=own), metadata(intruder)).deleted
-    assert call_route(keyed, "DeleteChat", headers(intruder), path_id=own).json() == {"deleted": False}
-    # Its stored history is not the intruder's either: a shift on it sees only the request's blocks.
-    with_history = pb.PreviewContextRequest(blocks_json=TEXT, chat_id=own, use_stored_history=True)
-    seen = call_rpc(keyed, "PreviewContext", with_history, metadata(intruder)).plan.compaction.original_count
-    assert seen == len(AS_JSON)
-    assert call_rpc(
-        keyed, "PreviewContext", with_history, metadata(tenant)
-    ).plan.compaction.original_count == 2 + len(AS_JSON)
-    # `tenant` still has everything: its audit, unfinished, and finishes it itself.
-    audit = audit_of(keyed, tenant, own)
-    assert audit is not None and audit.status == pb.GENERATION_STATUS_PENDING
-    assert (
-        call_rpc(keyed, "FinishGeneration", finish, metadata(tenant)).status == pb.GENERATION_STATUS_COMPLETED
+    with_chat = pb.FinishGenerationRequest(chat_id=case.chat, generation_id=case.generation, status=completed)
+    _not_found(case, "FinishGeneration", with_chat)
+
+
+def grpc_delete(case: Case) -> None:
+    assert case.rpc("DeleteChat", pb.DeleteChatRequest(chat_id=case.chat)).deleted == case.intruder_has_chat
+    assert audit_of(case.server, case.intruder, case.chat) is None
+
+
+def grpc_append(case: Case) -> None:
+    request = pb.AppendBlocksRequest(chat_id=case.chat, blocks_json=json.dumps(OWNER_HISTORY[:1]))
+    assert case.rpc("AppendBlocks", request).block_count == case.intruder_history + 1
+
+
+def http_shift(case: Case) -> None:
+    body = {"blocksJson": TEXT, "chatId": case.chat, "provider": case.intruder}
+    answer = case.route("POST", "/api/v2/context-shift", body)
+    assert answer.status_code == 200 and answer.json()["generationId"] != case.generation
+    history = case.route("POST", "/api/v2/context-shift", {**body, "useStoredHistory": True})
+    assert history.status_code == 200
+    assert history.json()["plan"]["compaction"]["originalCount"] == case.intruder_history + len(AS_JSON)
+
+
+def http_preview_stored_history(case: Case) -> None:
+    body = {"blocksJson": TEXT, "chatId": case.chat, "useStoredHistory": True}
+    answer = case.route("POST", "/api/v2/context-preview", body)
+    assert answer.status_code == 200
+    assert answer.json()["plan"]["compaction"]["originalCount"] == case.intruder_history + len(AS_JSON)
+
+
+def http_audit(case: Case) -> None:
+    answer = case.route("GET", f"/api/v2/chats/{case.chat}/context-audit")
+    if case.intruder_has_chat:
+        assert answer.status_code == 200
+        audit = answer.json()["audit"]
+        assert audit["provider"] == case.intruder and audit["generationId"] != case.generation
+    else:
+        assert answer.status_code == 404 and answer.json()["error"]["status"] == "NOT_FOUND"
+
+
+def http_delete(case: Case) -> None:
+    answer = case.route("DELETE", f"/api/v2/chats/{case.chat}")
+    assert answer.status_code == 200 and answer.json() == {"deleted": case.intruder_has_chat}
+
+
+def http_append(case: Case) -> None:
+    answer = case.route(
+        "POST", f"/api/v2/chats/{case.chat}/blocks", {"blocksJson": json.dumps(OWNER_HISTORY[:1])}
     )
-    # Deleting "shared" deletes the deleter's chat only.
-    assert call_route(keyed, "DeleteChat", headers(intruder), path_id="shared").json() == {"deleted": True}
-    assert audit_of(keyed, intruder, "shared") is None
-    assert audit_of(keyed, tenant, "shared") is not None
-    assert call_rpc(keyed, "DeleteChat", pb.DeleteChatRequest(chat_id=own), metadata(tenant)).deleted
+    assert answer.status_code == 200
+    assert int(answer.json()["blockCount"]) == case.intruder_history + 1
+
+
+def http_finish(case: Case) -> None:
+    for body in (
+        {"status": "GENERATION_STATUS_COMPLETED"},
+        {"status": "GENERATION_STATUS_FAILED", "chatId": case.chat},
+    ):
+        answer = case.route("POST", f"/api/v2/generations/{case.generation}/finish", body)
+        assert answer.status_code == 404 and answer.json()["error"]["status"] == "NOT_FOUND"
+
+
+# Each chat RPC and route, as the intruder calls it on the owner's chat id, with its expected
+# answer: the intruder's own data under that id, or none.
+CHAT_OPERATIONS: dict[str, Callable[[Case], None]] = {
+    "grpc ShiftContext chat_id": grpc_shift,
+    "grpc ShiftContext use_stored_history": grpc_shift_stored_history,
+    "grpc PreviewContext use_stored_history": grpc_preview_stored_history,
+    "grpc GetContextAudit": grpc_audit,
+    "grpc FinishGeneration": grpc_finish,
+    "grpc DeleteChat": grpc_delete,
+    "grpc AppendBlocks": grpc_append,
+    "POST /api/v2/context-shift": http_shift,
+    "POST /api/v2/context-preview use_stored_history": http_preview_stored_history,
+    "GET /api/v2/chats/{id}/context-audit": http_audit,
+    "DELETE /api/v2/chats/{id}": http_delete,
+    "POST /api/v2/chats/{id}/blocks": http_append,
+    "POST /api/v2/generations/{id}/finish": http_finish,
+}
+CHAT_RPCS = {
+    "ShiftContext",
+    "PreviewContext",
+    "GetContextAudit",
+    "FinishGeneration",
+    "DeleteChat",
+    "AppendBlocks",
+}
+
+
+def test_every_chat_rpc_and_route_is_in_the_matrix() -> None:
+    chat_routes = {f"{op.http_method} {op.path}" for op in OPERATIONS if op.rpc in CHAT_RPCS}
+    assert chat_routes <= {name.removesuffix(" use_stored_history") for name in CHAT_OPERATIONS}
+    assert {name.split()[1] for name in CHAT_OPERATIONS if name.startswith("grpc ")} == CHAT_RPCS
+
+
+def owners_view(server: ServerProcess, owner: str, chat: str) -> tuple[bytes, tuple[Any, ...]]:
+    """Everything the owner has under the chat id: its audit, whole, and its stored history as a
+    shift on it sees it."""
+    response = call_rpc(server, "GetContextAudit", pb.GetContextAuditRequest(chat_id=chat), metadata(owner))
+    request = pb.PreviewContextRequest(blocks_json=TEXT, chat_id=chat, use_stored_history=True)
+    plan = call_rpc(server, "PreviewContext", request, metadata(owner)).plan
+    history = (
+        plan.compaction.original_count,
+        [(d.id, d.tokens, d.reason) for d in plan.kept],
+        [(d.id, d.tokens, d.reason) for d in plan.excluded],
+    )
+    return response.SerializeToString(deterministic=True), history
+
+
+@pytest.mark.parametrize(
+    "intruder_has_chat", [False, True], ids=["intruder-without-chat", "intruder-same-id"]
+)
+@pytest.mark.parametrize("owner", sorted(KEYS))
+@pytest.mark.parametrize("operation", list(CHAT_OPERATIONS))
+def test_a_tenant_never_reaches_another_tenants_chat(
+    keyed: ServerProcess, operation: str, owner: str, intruder_has_chat: bool
+) -> None:
+    """The owner has a chat (stored history and a pending generation's audit); the intruder calls
+    one chat RPC or route with the same chat id (and the owner's generation id), and reads,
+    finishes, appends to or deletes only its own data, if any; the owner's is unchanged after, and
+    its generation is still its own to finish."""
+    intruder = other(owner)
+    chat = f"chat-{uuid.uuid4().hex}"
+    call_rpc(
+        keyed,
+        "AppendBlocks",
+        pb.AppendBlocksRequest(chat_id=chat, blocks_json=json.dumps(OWNER_HISTORY)),
+        metadata(owner),
+    )
+    shifted = call_rpc(
+        keyed,
+        "ShiftContext",
+        pb.ShiftContextRequest(blocks_json=TEXT, chat_id=chat, provider=owner),
+        metadata(owner),
+    )
+    if intruder_has_chat:
+        request = pb.AppendBlocksRequest(chat_id=chat, blocks_json=json.dumps(INTRUDER_HISTORY))
+        call_rpc(keyed, "AppendBlocks", request, metadata(intruder))
+        request_shift = pb.ShiftContextRequest(blocks_json=TEXT, chat_id=chat, provider=intruder)
+        call_rpc(keyed, "ShiftContext", request_shift, metadata(intruder))
+    before = owners_view(keyed, owner, chat)
+    assert before[1][0] == len(OWNER_HISTORY) + len(AS_JSON)
+
+    CHAT_OPERATIONS[operation](Case(keyed, owner, intruder, chat, shifted.generation_id, intruder_has_chat))
+
+    assert owners_view(keyed, owner, chat) == before
+    owners = audit_of(keyed, owner, chat)
+    assert owners is not None and owners.provider == owner and owners.status == pb.GENERATION_STATUS_PENDING
+    # Not finished, not made stale by the intruder's shifts: the owner finishes it now.
+    finish = pb.FinishGenerationRequest(
+        chat_id=chat, generation_id=shifted.generation_id, status=pb.GENERATION_STATUS_COMPLETED
+    )
+    assert (
+        call_rpc(keyed, "FinishGeneration", finish, metadata(owner)).status == pb.GENERATION_STATUS_COMPLETED
+    )
 
 
 @pytest.mark.parametrize("tenant", sorted(KEYS))
