@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fake_llm import GOOD_ANSWER, FakeLlm, closed_port_url
-from test_strategies import FILLER, kept_ids, long_chat, reasons, turn
+from test_strategies import FILLER, early_fact_chat, kept_ids, long_chat, reasons, turn
 
 import contextshift
 from contextshift.options import Secret, ShiftOptions
@@ -85,6 +85,17 @@ def test_the_facts_the_answer_left_out_go_on_a_facts_line(fake_llm: FakeLlm) -> 
     assert in_answer == {"INV-1000", "INV-1001", "/srv/billing/run_0.log"}
     assert facts_line.split("; ") == [f for f in every if f not in in_answer]  # the rest, in order
     assert result.summary.facts_kept == result.summary.facts_total == len(every)
+
+
+def test_facts_older_than_the_transcript_sent_are_counted_and_kept(fake_llm: FakeLlm) -> None:
+    # The endpoint sees only the latest 256 KiB; the facts line reads every summarized block.
+    blocks = early_fact_chat()
+    result = compact(blocks, fake_llm, budget=20_000)
+    summary = result.summary
+    assert summary is not None
+    assert "/srv/early/report_0.csv" not in fake_llm.requests[0].user_message
+    assert summary.text.endswith("\nFacts: /srv/early/report_0.csv; OPS-4711")
+    assert (summary.facts_kept, summary.facts_total) == (2, 2)
 
 
 def test_facts_that_do_not_fit_keep_the_most_recent(fake_llm: FakeLlm) -> None:

@@ -94,6 +94,52 @@ def test_summarize_keeps_the_facts_of_what_it_left_out() -> None:
     assert result.summary.facts_kept == result.summary.facts_total > 0
 
 
+def early_fact_chat() -> list[dict[str, Any]]:
+    """Two facts, then more than the summarizer's scored window of fact-free history."""
+    filler = FILLER * 100
+    blocks = [
+        turn("sys", "system", "You are a support agent."),
+        turn("u0", "user", "The report is at /srv/early/report_0.csv for ticket OPS-4711."),
+    ]
+    for n in range(extractive.MAX_INPUT_CHARS // (2 * len(filler)) + 2):
+        blocks += [turn(f"a{n}", "assistant", "Noted. " + filler), turn(f"u{n + 1}", "user", filler)]
+    blocks.append(turn("now", "user", "Where was the report?"))
+    return blocks
+
+
+def test_summarize_counts_and_keeps_facts_older_than_the_scored_window() -> None:
+    blocks = early_fact_chat()
+    result = contextshift.shift_context(blocks, budget=800, strategy="summarize")
+    summary = result.summary
+    assert summary is not None and kept_ids(result) == ["sys", "summary", "now"]
+    left_out = [b["content"] for b in blocks if b["id"] in {d.id for d in result.excluded}]
+    assert sum(map(len, left_out)) > extractive.MAX_INPUT_CHARS
+    every = facts.distinct(f for text in left_out for f in facts.extract(text))
+    assert every == ["/srv/early/report_0.csv", "OPS-4711"]
+    # Counted although only the latest MAX_INPUT_CHARS are scored, and carried (a facts line).
+    assert (summary.facts_kept, summary.facts_total) == (2, 2)
+    assert all(f in summary.text for f in every)
+
+
+def test_summaries_keep_code_spans_and_fenced_code_byte_for_byte() -> None:
+    code = "```py\ndef f():\n    return  1\n```"
+    text = f"Call `x. y` first.   Then run `a  b\tc`  twice.\n{code}\nDone."
+    made = extractive.summarize([extractive.Turn("assistant", text)], "", lambda _: True)
+    assert made is not None
+    # Prose on one line with single spaces; a code span is neither split nor re-spaced, and a
+    # fenced block keeps its lines and indentation.
+    assert made.text == "\n".join(
+        [
+            "[Conversation summary]",
+            "assistant: Call `x. y` first.",
+            "assistant: Then run `a  b\tc` twice.",
+            f"assistant: {code}",
+            "assistant: Done.",
+        ]
+    )
+    assert made.facts_kept == made.facts_total == 2  # the two code spans
+
+
 def test_summarize_when_everything_fits_makes_no_summary() -> None:
     blocks = long_chat(2)
     result = contextshift.shift_context(blocks, budget=10_000, strategy="summarize")

@@ -1,14 +1,20 @@
 """A local, deterministic, extractive summary of conversation turns (no model, no network).
 
 1. Split each turn into sentences: after `.`, `!` or `?` and a space, after `。`, `！` or `？`,
-   at line ends; a fenced code block stays one unit.
-2. Score each sentence: its TF-IDF centrality (mean cosine similarity to the other sentences:
-   what the conversation keeps coming back to) plus its cosine similarity to the current user
-   input (what the next answer needs) plus a share for the facts it carries.
-3. Facts (contextshift.summarizer.facts) must survive verbatim: those the chosen sentences do
-   not carry go on a compact "Facts:" line; when even that line does not fit, the most recent
-   facts are kept.
-4. Choose sentences by score while the summary still fits; print them in conversation order.
+   at line ends; a fenced code block and an inline code span stay in one unit. A sentence is
+   put on one line (each run of whitespace one space), except inside fenced code blocks and
+   code spans, which are kept byte for byte (their lines and spacing are the code).
+2. Facts (contextshift.summarizer.facts) are read from every sentence of every turn, so
+   `facts_total` counts all of them, however long the history; a fact outside code is read
+   from its sentence's one-line text (a date split by two spaces keeps one).
+3. Score each sentence of the most recent MAX_INPUT_CHARS: its TF-IDF centrality (mean cosine
+   similarity to the other sentences: what the conversation keeps coming back to) plus its
+   cosine similarity to the current user input (what the next answer needs) plus a share for
+   the facts it carries. Older sentences are not candidates (scoring is bounded), but their
+   facts are.
+4. Facts must survive verbatim: those the chosen sentences do not carry go on a compact
+   "Facts:" line; when even that line does not fit, the most recent facts are kept.
+5. Choose sentences by score while the summary still fits; print them in conversation order.
 
 Same input, same summary, byte for byte.
 """
@@ -25,8 +31,8 @@ from contextshift.summarizer import facts as fact_spans
 
 HEADER = "[Conversation summary]"
 FACTS_LABEL = "Facts: "
-# The text considered: the most recent part of what is summarized, so a shift of a very long
-# history stays fast (fact extraction reads about 1 MB/s).
+# The sentences scored: those of the most recent part of what is summarized, so a shift of a
+# very long history stays fast (facts are read from all of it: extraction is linear).
 MAX_INPUT_CHARS = 256 * 1024
 # Sentences looked at for selection, best first: each try recounts the summary.
 MAX_CANDIDATES = 400
@@ -36,6 +42,7 @@ FACTS_WEIGHT = 0.5
 
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
+_SPACE = re.compile(r"\s+")
 _TERM = re.compile(r"[^\W_]+", re.U)
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 
@@ -81,7 +88,32 @@ def sentences(text: str) -> list[str]:
 
 
 def _split_prose(text: str) -> list[str]:
-    return [part.strip() for part in _SENTENCE_END.split(text) if part.strip()]
+    """Sentences of text without fences; an end inside a code span does not end one."""
+    spans = iter(m.span() for m in fact_spans.CODE_SPAN.finditer(text))
+    span = next(spans, None)
+    parts, start = [], 0
+    for end in _SENTENCE_END.finditer(text):
+        while span is not None and span[1] <= end.start():
+            span = next(spans, None)
+        if span is not None and span[0] < end.start():
+            continue  # inside `a. b`: not a sentence end
+        parts.append(text[start : end.start()])
+        start = end.end()
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
+def one_line(sentence: str) -> str:
+    """`sentence` on one line: each run of whitespace one space, except in a fenced code block or
+    a code span, kept byte for byte (re-spacing code would change it)."""
+    if sentence.startswith("```"):
+        return sentence
+    out, last = [], 0
+    for span in fact_spans.CODE_SPAN.finditer(sentence):
+        out += [_SPACE.sub(" ", sentence[last : span.start()]), span.group()]
+        last = span.end()
+    out.append(_SPACE.sub(" ", sentence[last:]))
+    return "".join(out).strip()
 
 
 def _vectors(docs: Sequence[list[str]]) -> list[dict[str, float]]:
@@ -141,17 +173,33 @@ def recent(turns: Sequence[Turn]) -> list[Turn]:
     return kept[::-1]
 
 
+def _sentences_of(turns: Sequence[Turn]) -> list[_Sentence]:
+    """Every sentence of `turns`, one-lined, with its facts (read from that text)."""
+    items: list[_Sentence] = []
+    for turn in turns:
+        # An earlier summary being summarized again: its header is not content.
+        for sentence in sentences(turn.text.replace(HEADER, "")):
+            text = one_line(sentence)
+            items.append(_Sentence(len(items), turn.role, text, tuple(fact_spans.extract(text))))
+    return items
+
+
+def _scored_window(items: Sequence[_Sentence]) -> Sequence[_Sentence]:
+    """The most recent sentences within MAX_INPUT_CHARS: the candidates selection scores."""
+    start, room = len(items), MAX_INPUT_CHARS
+    while start > 0 and len(items[start - 1].text) <= room:
+        start -= 1
+        room -= len(items[start].text)
+    return items[start:]
+
+
 def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) -> SummaryText | None:
     """The summary of `turns` (oldest first) for the next answer to `query`, as long as `fits`
     allows (it is asked about whole summary texts); None when not even the header fits."""
     if not fits(HEADER):
         return None
-    items: list[_Sentence] = []
-    for turn in recent(turns):
-        # An earlier summary being summarized again: its header is not content.
-        for sentence in sentences(turn.text.replace(HEADER, "")):
-            text = " ".join(sentence.split())  # one line each; facts are read from this text
-            items.append(_Sentence(len(items), turn.role, text, tuple(fact_spans.extract(text))))
+    items = _sentences_of(turns)
+    # The facts of all the text, not only of the scored window: facts_total must be honest.
     all_facts = fact_spans.distinct(f for s in items for f in s.facts)
 
     def missing(chosen: Sequence[_Sentence]) -> list[str]:
@@ -163,8 +211,9 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
         line = fact_spans.recent_that_fit(all_facts, lambda facts: fits(_render([], facts)))
         return SummaryText(_render([], line), len(line), len(all_facts))
 
-    scores = _scores(items, query)
-    ranked = sorted(items, key=lambda s: (-scores[s.position], -s.position))[:MAX_CANDIDATES]
+    window = _scored_window(items)
+    scores = dict(zip((s.position for s in window), _scores(window, query), strict=True))
+    ranked = sorted(window, key=lambda s: (-scores[s.position], -s.position))[:MAX_CANDIDATES]
     chosen: list[_Sentence] = []
     for candidate in ranked:
         trial = sorted([*chosen, candidate], key=lambda s: s.position)

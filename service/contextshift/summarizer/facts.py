@@ -21,8 +21,10 @@ _EXTENSIONS = (
     r"ini|cfg|conf|env|lock|md|rst|txt|csv|tsv|xml|html?|css|scss|log|pdf|docx?|xlsx?|png|jpe?g|"
     r"svg|zip|gz|tar|whl|proto|ipynb|dockerfile)"
 )
+# A code span: kept byte for byte (the summarizer neither splits nor re-spaces one).
+CODE_SPAN = re.compile(r"`[^`\n]{1,200}`")
 _PATTERNS = [
-    r"`[^`\n]{1,200}`",  # code span
+    CODE_SPAN.pattern,
     r"\b(?:https?|ftp|file|s3|gs)://[^\s<>\"'`)\]}]+",  # URL
     r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+",  # e-mail
     r"\b[A-Za-z]:\\(?:[^\\\s:*?\"<>|]+\\)*[^\\\s:*?\"<>|]*",  # Windows path

@@ -358,8 +358,8 @@ def summarize(
     size = tokens(text)
     if size > limit:
         raise CompactionFailed(f"the answer takes {size} tokens, over the limit of {limit}", usage)
-    considered = [t.text for t in extractive.recent(turns)]
-    found = fact_spans.distinct(f for t in considered for f in fact_spans.extract(t))
+    # Every turn's facts, not only those of the transcript sent: facts_total must be honest.
+    found = fact_spans.distinct(f for t in turns for f in fact_spans.extract(t.text))
     missing = [f for f in found if fact_spans.value(f) not in answer]
     kept = fact_spans.recent_that_fit(
         missing, lambda facts: tokens(extractive.with_facts(text, facts)) <= limit
