@@ -10,10 +10,12 @@ import multiprocessing
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from postgres_cluster import Cluster
 
@@ -348,6 +350,84 @@ def test_a_schema_newer_than_this_code_is_refused(store: Store) -> None:
     )
     with pytest.raises(StoreConfigError, match="newer than this contextshift"):
         store.migrate()
+
+
+# --- PostgreSQL races, made to happen ------------------------------------------------------------
+# A transaction of the test's own holds a row one store call needs, so that call stops at a known
+# point; a second call then runs against it. pg_stat_activity says when a call waits for a lock.
+
+
+class Background:
+    """A call on a thread of its own; its outcome is what it returned or raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._outcome: list[Any] = []
+        self._thread = threading.Thread(target=self._run, args=(call,))
+        self._thread.start()
+
+    def _run(self, call: Callable[[], Any]) -> None:
+        try:
+            self._outcome.append(call())
+        except Exception as e:
+            self._outcome.append(e)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def outcome(self) -> Any:
+        self._thread.join(60)
+        assert self._outcome, "the call never returned"
+        return self._outcome[0]
+
+
+def lock_waiters(watcher: psycopg.Connection[Any]) -> int:
+    """Sessions of the watcher's database waiting for a lock (the watcher is in autocommit, so
+    each query reads fresh statistics)."""
+    ((count,),) = watcher.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    ).fetchall()
+    return int(count)
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def pg(postgres: Cluster) -> Iterator[tuple[Store, str]]:
+    """A migrated PostgreSQL store of its own, and its URL."""
+    url = postgres.new_database()
+    opened = open_store(url)
+    opened.migrate()
+    yield opened, url
+    opened.close()
+
+
+def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tuple[Store, str]) -> None:
+    store, url = pg
+    store.append_blocks(
+        "", "c1", "heuristic", lambda _: [StoredBlock('{"n": 0}', 1), StoredBlock('{"n": 1}', 1)]
+    )
+    with psycopg.connect(url, autocommit=True) as watcher, psycopg.connect(url) as holder:
+        # An uncommitted row at the position the append writes next: the append, having read the
+        # history, waits there.
+        holder.execute(
+            "INSERT INTO chat_blocks (tenant, chat_id, position, block_json) VALUES ('', 'c1', 2, '{}')"
+        )
+        appending = Background(
+            lambda: store.append_blocks("", "c1", "heuristic", lambda _: [StoredBlock('{"n": 2}', 1)])
+        )
+        until(lambda: lock_waiters(watcher) >= 1, "the append waits at position 2")
+        deleting = Background(lambda: store.delete_chat("", "c1"))
+        until(lambda: deleting.done() or lock_waiters(watcher) >= 2, "the delete commits or waits")
+        holder.rollback()
+        assert appending.outcome() == 3 and deleting.outcome() is True
+    # The delete went after the append, whole: no tail left at positions past a deleted head.
+    assert store.problems() == []
+    assert store.history("", "c1", "heuristic") == []
 
 
 # --- URLs and failures --------------------------------------------------------------------------

@@ -59,6 +59,30 @@ def check_audit(audit: pb.ContextAudit, chat_id: str, sent: set[str]) -> None:
     assert [m["id"] for m in json.loads(audit.plan.messages.messages_json)] == [b.id for b in kept]
 
 
+APPENDED = 3  # blocks per AppendBlocks call
+
+
+def appendix(tag: str) -> str:
+    """What one AppendBlocks call adds: blocks with ids `<tag>-<i>`."""
+    return json.dumps(
+        [
+            {
+                "id": f"{tag}-{i}",
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": f"Appended {i} of {tag}.",
+            }
+            for i in range(APPENDED)
+        ]
+    )
+
+
+def check_history(ids: list[str], chat_id: str, sent: set[str]) -> None:
+    """A stored history, whole: appends that were sent, each complete and in one piece."""
+    tags = [block_id.rpartition("-")[0] for block_id in ids[::APPENDED]]
+    assert ids == [f"{tag}-{i}" for tag in tags for i in range(APPENDED)], (chat_id, ids)
+    assert set(tags) <= sent and len(set(tags)) == len(tags), (chat_id, tags)
+
+
 @contextmanager
 def servers(tmp_path: Path, url: str, *flags: str) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     """Two server processes over one store."""
@@ -158,6 +182,7 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
 ) -> None:
     chats = [f"chat-{i}" for i in range(5)]
     sent: dict[str, set[str]] = {c: set() for c in chats}
+    appended: dict[str, set[str]] = {c: set() for c in chats}
     lock = threading.Lock()
     with servers(tmp_path, url) as running:
         channels = [grpc.insecure_channel(s.address) for s in running]
@@ -170,12 +195,19 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
                     chat_id = rng.choice(chats)
                     kind = rng.random()
                     try:
-                        if kind < 0.55:
+                        if kind < 0.5:
                             tag = f"g{n}-{op}"
                             with lock:
                                 sent[chat_id].add(tag)
                             stub(channel).ShiftContext(shift_request(chat_id, tag), timeout=30)
-                        elif kind < 0.75:
+                        elif kind < 0.62:
+                            tag = f"a{n}-{op}"
+                            with lock:
+                                appended[chat_id].add(tag)
+                            stub(channel).AppendBlocks(
+                                pb.AppendBlocksRequest(chat_id=chat_id, blocks_json=appendix(tag)), timeout=30
+                            )
+                        elif kind < 0.77:
                             with lock:
                                 tags = sorted(sent[chat_id])
                             if tags:
@@ -227,7 +259,13 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
                 channel.close()
     store = open_store(url)
     try:
-        assert store.problems() == []
+        assert store.problems() == []  # among them: every history's positions run 0, 1, 2, ...
+        histories = 0
+        for chat_id in chats:
+            stored = store.history("", chat_id, "heuristic")
+            check_history([json.loads(b.json)["id"] for b in stored], chat_id, appended[chat_id])
+            histories += bool(stored)
+        assert histories, "no chat kept a history: the mix exercised nothing"
     finally:
         store.close()
 

@@ -124,6 +124,12 @@ def _calibration(model: str, rows: list[Row]) -> Calibration | None:
     return Calibration(model, rows[0][0], rows[0][1]) if rows else None
 
 
+def chat_key(tenant: str, chat_id: str) -> str:
+    """The `Tx.lock` key of a chat, held by what appends to its history or deletes it. Ids hold no
+    control characters: the separator keeps (tenant, chat) pairs apart."""
+    return f"chat\x1f{tenant}\x1f{chat_id}"
+
+
 def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
     """The parameters of `RECORD_GENERATION`."""
     return (
@@ -293,6 +299,9 @@ class SqlStore(ABC):
 
     def delete_chat(self, tenant: str, chat_id: str) -> bool:
         def work(tx: Tx) -> bool:
+            # An append in progress finishes first: deleted under it, its blocks would land past
+            # positions that no longer exist (a history with a gap).
+            tx.lock(chat_key(tenant, chat_id))
             key = (tenant, chat_id)
             deleted = tx.run("DELETE FROM audits WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM generations WHERE tenant = ? AND chat_id = ?", key)
@@ -304,8 +313,7 @@ class SqlStore(ABC):
 
     def append_blocks(self, tenant: str, chat_id: str, profile: str, prepare: PrepareBlocks) -> int:
         def work(tx: Tx) -> int:
-            # Ids hold no control characters: the separator keeps (tenant, chat) pairs apart.
-            tx.lock(f"chat\x1f{tenant}\x1f{chat_id}")
+            tx.lock(chat_key(tenant, chat_id))
             stored = [
                 StoredBlock(text, tokens) for text, tokens in tx.rows(_HISTORY, (profile, tenant, chat_id))
             ]
