@@ -415,22 +415,123 @@ def test_clear_tool_results_replaces_the_oldest_results_and_keeps_the_pairs() ->
     assert [d.event for d in result.diagnostics] == ["TOOL_RESULTS_CLEARED"]
 
 
-def test_clear_tool_results_keeps_the_latest_and_excluded_tools_and_can_clear_inputs() -> None:
+def cleared_result(block: dict[str, Any]) -> dict[str, Any]:
+    """A tool result as clear-tool-results sends it."""
+    return {**block, "content": f"[tool result cleared: {tokens(block)} tokens]"}
+
+
+def cleared_call(block: dict[str, Any]) -> dict[str, Any]:
+    """A tool call with its arguments blanked (clear_tool_inputs)."""
+    calls = [{**c, "function": {**c["function"], "arguments": "{}"}} for c in block["tool_calls"]]
+    return {**block, "tool_calls": calls}
+
+
+def clearing_case(
+    blocks: list[dict[str, Any]], cleared: list[str], inputs: bool = False
+) -> tuple[int, list[dict[str, Any]], list[contextshift.Truncation]]:
+    """The budget that clearing exactly the results `cleared` (and with `inputs` their calls)
+    reaches, the messages then sent, and the truncations listed."""
+    by_id = {b["id"]: b for b in blocks}
+    issuer = {c["id"]: b["id"] for b in blocks for c in b.get("tool_calls", [])}
+    calls = {issuer[by_id[i]["tool_call_id"]] for i in cleared} if inputs else set()
+    sent = [
+        cleared_result(b) if b["id"] in cleared else cleared_call(b) if b["id"] in calls else b
+        for b in blocks
+    ]
+    truncations = [
+        contextshift.Truncation(
+            b["id"],
+            tokens(b),
+            tokens(after),
+            "TOOL_RESULT_CLEARED" if b["id"] in cleared else "TOOL_INPUT_CLEARED",
+        )
+        for b, after in zip(blocks, sent, strict=True)
+        if after is not b
+    ]
+    return sum(map(tokens, sent)), sent, truncations
+
+
+def assert_cleared_exactly(
+    result: contextshift.ShiftResult,
+    blocks: list[dict[str, Any]],
+    sent: list[dict[str, Any]],
+    truncations: list[contextshift.Truncation],
+) -> None:
+    """Nothing left out, the pairs all kept, the cleared blocks listed, every other block sent as
+    given (the caller's own dict)."""
+    assert result.excluded == []
+    assert kept_ids(result) == [b["id"] for b in blocks]
+    assert result.truncated == truncations
+    assert result.messages == sent
+    listed = {t.id for t in truncations}
+    assert {d.reason for d in result.kept if d.id in listed} == {"FITS"}
+    assert all(m is b for m, b in zip(result.messages, blocks, strict=True) if b["id"] not in listed)
+    assert result.prompt_tokens == sum(map(tokens, sent)) <= result.budget
+
+
+def test_clear_tool_results_keeps_the_latest_keep_tool_uses_intact() -> None:
     blocks = agent_loop(6)
-    result = contextshift.shift_context(
-        blocks,
-        budget=300,
-        strategy="clear-tool-results",
-        options={"keep_tool_uses": 2, "exclude_tools": ["fetch"], "clear_tool_inputs": True},
+    # Every result but the latest one must be cleared to fit: keep_tool_uses 1 allows it.
+    budget, sent, truncations = clearing_case(blocks, ["res0", "res1", "res2", "res3", "res4"])
+    options = {"keep_tool_uses": 1}
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    assert_cleared_exactly(result, blocks, sent, truncations)
+    assert result.messages[-1]["content"] == "row " * 200  # res5, the latest, intact
+    assert [d.event for d in result.diagnostics] == ["TOOL_RESULTS_CLEARED"]
+    assert result.diagnostics[0].detail == "cleared 5 tool results"
+    # With the default 3, res3-res5 stay intact: turns go instead.
+    default = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
+    assert default.excluded != [] and default.truncated == []
+    assert kept_ids(default)[-2:] == ["call5", "res5"] and default.messages[-1] is blocks[-1]
+
+
+def test_clear_tool_results_never_clears_exclude_tools() -> None:
+    blocks = agent_loop(6)  # res1, res3, res5 answer "fetch"
+    budget, sent, truncations = clearing_case(blocks, ["res0", "res2", "res4"])
+    options = {"keep_tool_uses": 0, "exclude_tools": ["fetch"]}
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    assert_cleared_exactly(result, blocks, sent, truncations)
+    assert [t.id for t in result.truncated] == ["res0", "res2", "res4"]
+    assert {m["id"]: m["content"] for m in result.messages if m["id"] in {"res1", "res3", "res5"}} == {
+        "res1": "row " * 200,
+        "res3": "row " * 200,
+        "res5": "row " * 200,
+    }
+    # Without the exclusion the oldest results go first, fetch's among them.
+    plain = contextshift.shift_context(
+        blocks, budget=budget, strategy="clear-tool-results", options={"keep_tool_uses": 0}
     )
-    cleared = {t.id: t.how for t in result.truncated}
-    # res4, res5 are the latest two; res1, res3 answer "fetch".
-    assert {i for i, how in cleared.items() if how == "TOOL_RESULT_CLEARED"} <= {"res0", "res2"}
-    assert {i for i, how in cleared.items() if how == "TOOL_INPUT_CLEARED"} <= {"call0", "call2"}
+    assert [t.id for t in plain.truncated] == ["res0", "res1", "res2"]
+
+
+def test_clear_tool_inputs_blanks_the_calls_arguments_too() -> None:
+    blocks = agent_loop(6)
+    budget, sent, truncations = clearing_case(blocks, ["res0", "res1", "res2"], inputs=True)
+    options = {"clear_tool_inputs": True}
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    assert_cleared_exactly(result, blocks, sent, truncations)
+    assert [(t.id, t.how) for t in result.truncated] == [
+        ("call0", "TOOL_INPUT_CLEARED"),
+        ("res0", "TOOL_RESULT_CLEARED"),
+        ("call1", "TOOL_INPUT_CLEARED"),
+        ("res1", "TOOL_RESULT_CLEARED"),
+        ("call2", "TOOL_INPUT_CLEARED"),
+        ("res2", "TOOL_RESULT_CLEARED"),
+    ]
     messages = {m["id"]: m for m in result.messages}
-    if "call0" in messages:
-        assert messages["call0"]["tool_calls"][0]["function"]["arguments"] == "{}"
-    assert result.prompt_tokens <= 300
+    call = messages["call0"]["tool_calls"][0]
+    assert call == {"id": "c0", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+    assert messages["res0"] == {
+        "id": "res0",
+        "role": "tool",
+        "tool_call_id": "c0",
+        "content": f"[tool result cleared: {tokens(blocks[3])} tokens]",
+    }
+    assert messages["call3"]["tool_calls"][0]["function"]["arguments"] == json.dumps({"q": 3})
+    # The calls' tokens count: without clearing them the same budget is not reached, a turn goes.
+    without = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
+    assert without.excluded != []
+    assert {t.how for t in without.truncated} == {"TOOL_RESULT_CLEARED"}
 
 
 def test_every_tool_result_under_keep_tool_uses_means_truncate() -> None:
