@@ -35,7 +35,7 @@ from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
 from contextshift.profiles import resolve_request
-from contextshift.shift import ShiftResult, shift_context
+from contextshift.shift import ShiftResult, Truncation, shift_context
 
 if TYPE_CHECKING:
     import grpc
@@ -136,37 +136,42 @@ def _preview_text(block: Any) -> str:
 @dataclasses.dataclass(frozen=True)
 class Row:
     id: str
-    role: str
-    kind: str
     tokens: int | None
     decision: str
     reason: str
-    text: str
+    # What the input block says; an audit records none of them (only ids, tokens and reasons).
+    role: str = ""
+    kind: str = ""
+    text: str = ""
 
 
-def decision_table(rows: Sequence[Row]) -> Table:
+def decision_table(rows: Sequence[Row], *, content: bool = True) -> Table:
+    """The rows in order, coloured by decision; without `content`, no role, kind or text columns."""
     table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
     table.add_column("#", justify="right")
     table.add_column("id", no_wrap=True)
-    table.add_column("role", no_wrap=True)
-    table.add_column("kind", no_wrap=True)
+    if content:
+        table.add_column("role", no_wrap=True)
+        table.add_column("kind", no_wrap=True)
     table.add_column("tokens", justify="right")
     table.add_column("decision", no_wrap=True)
     table.add_column("reason", no_wrap=True)
-    table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=48)
+    if content:
+        table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=48)
     for index, row in enumerate(rows):
-        table.add_row(
-            str(index),
-            row.id,
-            row.role,
-            row.kind or "-",
-            "" if row.tokens is None else str(row.tokens),
-            row.decision,
-            row.reason,
-            row.text,
-            style=STYLES.get(row.decision),
-        )
+        tokens = "" if row.tokens is None else str(row.tokens)
+        cells = [row.role, row.kind or "-", tokens, row.decision, row.reason, row.text]
+        if not content:
+            cells = cells[2:5]
+        table.add_row(str(index), row.id, *cells, style=STYLES.get(row.decision))
     return table
+
+
+def _cut(decision: str, reason: str, cut: Truncation | pb.Truncation | None) -> tuple[str, str]:
+    """A block's decision and reason, saying how its text was cut, if it was."""
+    if cut is None:
+        return decision, reason
+    return "truncated", f"{reason}, cut {cut.tokens_before}->{cut.tokens_after} ({cut.how})"
 
 
 def plan_rows(blocks: Sequence[Any], result: ShiftResult) -> list[Row]:
@@ -174,24 +179,22 @@ def plan_rows(blocks: Sequence[Any], result: ShiftResult) -> list[Row]:
     before the kept block it precedes."""
     decisions: dict[str, tuple[str, BlockDecision]] = {d.id: ("kept", d) for d in result.kept}
     decisions |= {d.id: ("excluded", d) for d in result.excluded}
-    cut = {t.id: t for t in result.truncated}
+    cuts = {t.id: t for t in result.truncated}
     rows = []
     for index, block in enumerate(blocks):
         given = block.get("id") if isinstance(block, Mapping) else None
         block_id = given if isinstance(given, str) else f"#{index}"
-        decision, entry = decisions[block_id]
-        reason = entry.reason
-        if block_id in cut:
-            t = cut[block_id]
-            decision, reason = "truncated", f"{reason}, cut {t.tokens_before}->{t.tokens_after} ({t.how})"
-        rows.append(Row(block_id, *_label(block), entry.tokens, decision, reason, _preview_text(block)))
+        decided, entry = decisions[block_id]
+        decision, reason = _cut(decided, entry.reason, cuts.get(block_id))
+        role, kind = _label(block)
+        rows.append(Row(block_id, entry.tokens, decision, reason, role, kind, _preview_text(block)))
     given_ids = {row.id for row in rows}
     for at, added in enumerate(result.kept):
         if added.id in given_ids:
             continue
         following = next((k.id for k in result.kept[at + 1 :] if k.id in given_ids), None)
         position = next((i for i, row in enumerate(rows) if row.id == following), len(rows))
-        rows.insert(position, Row(added.id, "system", "summary", added.tokens, "summary", added.reason, ""))
+        rows.insert(position, Row(added.id, added.tokens, "summary", added.reason, "system", "summary"))
     return rows
 
 
@@ -348,7 +351,16 @@ def _decision_json(decision: BlockDecision) -> dict[str, Any]:
 
 
 def audit_rows(audit: pb.ContextAudit) -> list[Row]:
-    return [Row(b.id, "", "", b.tokens, "kept" if b.kept else "excluded", b.reason, "") for b in audit.blocks]
+    """The audit's blocks in the prompt's order (its summary block where it was sent), each cut
+    block with its truncation from the audit's plan."""
+    cuts = {t.id: t for t in audit.plan.truncated}
+    summary = audit.plan.summary.id if audit.plan.HasField("summary") else None
+    rows = []
+    for block in audit.blocks:
+        decided = "summary" if block.id == summary else "kept" if block.kept else "excluded"
+        decision, reason = _cut(decided, block.reason, cuts.get(block.id))
+        rows.append(Row(block.id, block.tokens, decision, reason))
+    return rows
 
 
 def _audit(args: argparse.Namespace) -> int:
@@ -368,17 +380,22 @@ def _audit(args: argparse.Namespace) -> int:
         except grpc.RpcError as error:
             raise ServerFailed(error, "show audits") from error
     audit = response.audit
-    console = stdout()
-    console.print(decision_table(audit_rows(audit)))
-    kept = sum(b.kept for b in audit.blocks)
     plan = audit.plan
+    console = stdout()
+    console.print(decision_table(audit_rows(audit), content=False))
+    kept = sum(b.kept for b in audit.blocks)
     approx = " (approximate)" if plan.approximate else ""
     console.print(
         f"chat {audit.chat_id}, generation {audit.generation_id}: {kept} kept, {len(audit.blocks) - kept} "
-        f"excluded; prompt {plan.prompt_tokens} of {plan.budget} tokens, profile {plan.profile}{approx}; "
+        f"excluded, {len(plan.truncated)} truncated; prompt {plan.prompt_tokens} of {plan.budget} tokens, "
+        f"profile {plan.profile}{approx}; "
         f"{' '.join(filter(None, [audit.provider, audit.model])) or 'no provider'}; "
         f"status {pb.GenerationStatus.Name(audit.status)}"
     )
+    for warning in plan.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    for d in plan.diagnostics:
+        console.print(Text(f"{d.source}: {d.event}: {d.detail}", style="blue"))
     return 0
 
 

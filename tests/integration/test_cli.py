@@ -202,6 +202,22 @@ def test_preview_on_a_server_shows_what_the_local_engine_shows(served: ServerPro
     assert exceeded.returncode == 3 and "TOKEN_BUDGET_EXCEEDED" in exceeded.stderr
 
 
+def audit_table_rows(stdout: str) -> list[tuple[str, str, str, str]]:
+    """Rows of an audit's table, in order: (id, tokens, decision, reason); # and the reason's
+    spaces as printed."""
+    rows = []
+    for line in stdout.splitlines():
+        cells = line.split()
+        if (
+            len(cells) >= 5
+            and cells[0].isdigit()
+            and cells[3] in {"kept", "excluded", "truncated", "summary"}
+        ):
+            assert int(cells[0]) == len(rows)
+            rows.append((cells[1], cells[2], cells[3], " ".join(cells[4:])))
+    return rows
+
+
 def test_audit_prints_a_chats_last_audit_as_the_same_table(served: ServerProcess) -> None:
     missing = run("audit", "cli-chat", "--server", served.address)
     assert missing.returncode == 1 and missing.stdout == ""
@@ -209,14 +225,47 @@ def test_audit_prints_a_chats_last_audit_as_the_same_table(served: ServerProcess
     assert run("audit", "cli-chat").returncode == 2  # --server is required
     blocks = json.loads(EXAMPLE.read_text())
     with contextshift.Client(served.address) as client:
-        shifted = client.shift_context(blocks, budget=300, chat_id="cli-chat", provider="openai")
+        # max_block_chars cuts a2: the audit's plan has a truncation.
+        shifted = client.shift_context(
+            blocks, budget=300, chat_id="cli-chat", provider="openai", options={"max_block_chars": 200}
+        )
+    assert [(t.id, t.how) for t in shifted.truncated] == [("a2", "CHAR_CAP")]
     proc = run("audit", "cli-chat", "--server", served.address)
     assert proc.returncode == 0, proc.stderr
-    for decision in [*shifted.kept, *shifted.excluded]:
-        assert decision.id in proc.stdout and decision.reason in proc.stdout
+    # Every block in the prompt's order, with its tokens, decision and reason; the cut one with
+    # its truncation, as preview shows it.
+    decided = {d.id: ("kept", d) for d in shifted.kept} | {d.id: ("excluded", d) for d in shifted.excluded}
+    expected = [
+        (
+            block["id"],
+            str(decided[block["id"]][1].tokens),
+            decided[block["id"]][0],
+            decided[block["id"]][1].reason,
+        )
+        for block in blocks
+    ]
+    a2 = next(i for i, row in enumerate(expected) if row[0] == "a2")
+    expected[a2] = ("a2", "62", "truncated", "FITS, cut 70->62 (CHAR_CAP)")
+    assert audit_table_rows(proc.stdout) == expected
+    local = table_rows(
+        run("preview", str(EXAMPLE), "--budget", "300", "--option", "max_block_chars=200").stdout
+    )
+    assert local["a2"][4:10] == ["62", "truncated", "FITS,", "cut", "70->62", "(CHAR_CAP)"]
     footer = " ".join(proc.stdout.split())  # the console wraps long lines
-    assert f"generation {shifted.generation_id}" in footer
+    assert f"chat cli-chat, generation {shifted.generation_id}: 7 kept, 6 excluded, 1 truncated" in footer
+    assert "prompt 216 of 300 tokens" in footer
     assert "openai; status GENERATION_STATUS_PENDING" in footer
+
+
+def test_audit_shows_the_summary_block_where_it_was_sent(served: ServerProcess) -> None:
+    blocks = json.loads(EXAMPLE.read_text())
+    with contextshift.Client(served.address) as client:
+        shifted = client.shift_context(blocks, budget=200, chat_id="cli-summary", strategy="summarize")
+    assert shifted.summary is not None
+    rows = audit_table_rows(run("audit", "cli-summary", "--server", served.address).stdout)
+    summary = [row for row in rows if row[2] == "summary"]
+    assert summary == [(shifted.summary.id, str(shifted.summary.tokens), "summary", "SUMMARY")]
+    assert [row[0] for row in rows if row[2] != "excluded"] == [d.id for d in shifted.kept]
 
 
 def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:
