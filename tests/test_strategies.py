@@ -543,8 +543,8 @@ def test_every_tool_result_under_keep_tool_uses_means_truncate() -> None:
     assert reasons(result) == reasons(plain)
 
 
-def test_clear_at_least_not_reached_truncates_straight_away() -> None:
-    blocks = agent_loop(5, output="short result")
+def test_clear_at_least_when_clearing_gains_nothing_truncates_straight_away() -> None:
+    blocks = agent_loop(5, output="short result")  # as short as a placeholder: no gain at all
     budget = sum(tokens(b) for b in blocks) - 3
     result = contextshift.shift_context(
         blocks, budget=budget, strategy="clear-tool-results", options={"clear_at_least": 1000}
@@ -552,6 +552,43 @@ def test_clear_at_least_not_reached_truncates_straight_away() -> None:
     assert result.truncated == []
     assert [d.event for d in result.diagnostics] == ["CLEAR_SKIPPED"]
     assert reasons(result) == reasons(contextshift.shift_context(blocks, budget=budget))
+
+
+def clear_gain(block: dict[str, Any]) -> int:
+    return tokens(block) - tokens(cleared_result(block))
+
+
+def test_clear_at_least_not_reached_clears_nothing_and_truncates_straight_away() -> None:
+    blocks = agent_loop(6)
+    budget = sum(tokens(b) for b in blocks) - 10
+    # res0-res2 may be cleared (keep_tool_uses 3): all of them gain one token less than asked.
+    possible = sum(clear_gain(b) for b in blocks if b["id"] in {"res0", "res1", "res2"})
+    assert possible > 10  # clearing would fit the budget
+    options = {"clear_at_least": possible + 1}
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    assert result.truncated == []
+    assert result.messages == [b for b in blocks if b["id"] in kept_ids(result)]
+    plain = contextshift.shift_context(blocks, budget=budget)
+    assert reasons(result) == reasons(plain) and result.excluded != []
+    [skipped] = result.diagnostics
+    assert (skipped.event, skipped.tokens) == ("CLEAR_SKIPPED", possible)
+    assert skipped.detail == (
+        f"clearing would gain {possible} tokens, under clear_at_least {possible + 1}; truncating instead"
+    )
+
+
+def test_clear_at_least_reached_clears_until_that_much_is_gained() -> None:
+    blocks = agent_loop(6)
+    budget = sum(tokens(b) for b in blocks) - 10
+    # One result would fit the budget; clear_at_least asks for the gain of two.
+    options = {"clear_at_least": clear_gain(blocks[3]) + clear_gain(blocks[5])}
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    _, sent, truncations = clearing_case(blocks, ["res0", "res1"])
+    assert_cleared_exactly(result, blocks, sent, truncations)
+    assert [d.event for d in result.diagnostics] == ["TOOL_RESULTS_CLEARED"]
+    # Without it, the one result that suffices.
+    least = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
+    assert [t.id for t in least.truncated] == ["res0"] and least.excluded == []
 
 
 def test_clear_tool_results_in_anthropic_shape_on_the_json_route() -> None:
