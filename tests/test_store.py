@@ -24,6 +24,7 @@ from contextshift.audit.migrations import LATEST
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import (
     AlreadyFinished,
+    Finished,
     Generation,
     GenerationIdInUse,
     ModelConfig,
@@ -404,6 +405,36 @@ def pg(postgres: Cluster) -> Iterator[tuple[Store, str]]:
     opened.migrate()
     yield opened, url
     opened.close()
+
+
+def test_postgresql_a_newer_shift_never_commits_inside_a_finish_of_the_generation_it_replaces(
+    pg: tuple[Store, str],
+) -> None:
+    store, url = pg
+    store.record_shift("", generation("seed", chat_id="other"), b"seed")
+    finish(store, "seed", reported_prompt_tokens=150)  # the model's calibration row exists
+    before = store.calibration("", "m")
+    store.record_shift("", generation("g1"), b"audit-1")
+    with psycopg.connect(url, autocommit=True) as watcher, psycopg.connect(url) as holder:
+        # A finish locks the calibration row after it found its generation current: it stops there.
+        holder.execute("SELECT 1 FROM calibrations WHERE tenant = '' AND model = 'm' FOR UPDATE")
+        finishing = Background(lambda: finish(store, "g1", reported_prompt_tokens=300))
+        until(lambda: lock_waiters(watcher) >= 1, "the finish waits for the calibration row")
+        shifting = Background(lambda: store.record_shift("", generation("g2"), b"audit-2"))
+        until(lambda: shifting.done() or lock_waiters(watcher) >= 2, "the shift commits or waits")
+        shifted_first = shifting.done()
+        holder.rollback()
+        finished, shifted = finishing.outcome(), shifting.outcome()
+    assert shifted is None
+    if shifted_first:
+        # The shift committed first: the finish must then see g1 as stale and change nothing.
+        assert isinstance(finished, StaleGeneration), "a replaced generation was finished"
+        assert store.calibration("", "m") == before
+    else:  # the shift waited: the finish came first, and was right to take the report
+        assert isinstance(finished, Finished) and finished.calibration_recorded
+    stored = store.audit("", "c1")
+    assert stored is not None and (stored.payload, stored.generation.status) == (b"audit-2", Status.PENDING)
+    assert store.problems() == []
 
 
 def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tuple[Store, str]) -> None:

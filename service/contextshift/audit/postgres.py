@@ -7,9 +7,10 @@ share one synchronous store protocol (sqlite3 has no async API). The pool is ope
 process that uses it, never inherited across a fork, and holds at most `pool_size` connections (one
 per engine thread).
 
-Read-modify-write transactions lock the rows they read (`SELECT ... FOR UPDATE`); appends to one
-chat and migrations take transaction-scoped advisory locks. A transaction that loses a deadlock or
-a serialization conflict is retried.
+Read-modify-write transactions lock the rows they read (`SELECT ... FOR UPDATE`: a report locks
+its chat's audit row, so a newer shift of the chat waits for it); what appends to, deletes or
+reports on one chat, and migrations, take transaction-scoped advisory locks first. A transaction
+that loses a deadlock or a serialization conflict is retried.
 """
 
 from __future__ import annotations

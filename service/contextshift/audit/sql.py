@@ -125,8 +125,8 @@ def _calibration(model: str, rows: list[Row]) -> Calibration | None:
 
 
 def chat_key(tenant: str, chat_id: str) -> str:
-    """The `Tx.lock` key of a chat, held by what appends to its history or deletes it. Ids hold no
-    control characters: the separator keeps (tenant, chat) pairs apart."""
+    """The `Tx.lock` key of a chat, held by what appends to its history, deletes it or finishes its
+    generations. Ids hold no control characters: the separator keeps (tenant, chat) pairs apart."""
     return f"chat\x1f{tenant}\x1f{chat_id}"
 
 
@@ -230,6 +230,17 @@ class SqlStore(ABC):
 
     def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
         def work(tx: Tx) -> Finished:
+            chat_id = report.chat_id
+            if not chat_id:  # a generation's chat never changes: read it to know which chat to lock
+                found = tx.rows(
+                    "SELECT chat_id FROM generations WHERE tenant = ? AND generation_id = ?",
+                    (tenant, report.generation_id),
+                )
+                chat_id = found[0][0] if found else ""
+            if chat_id:
+                # The chat's lock before any row, as delete_chat takes it: a delete queues behind
+                # this finish instead of deadlocking with it over the audit and generation rows.
+                tx.lock(chat_key(tenant, chat_id))
             rows = tx.locked(
                 f"SELECT {_GENERATION_COLUMNS} FROM generations WHERE tenant = ? AND generation_id = ?",
                 (tenant, report.generation_id),
@@ -238,7 +249,9 @@ class SqlStore(ABC):
                 raise NotFound(report.generation_id)
             g = after = _generation(rows[0])
             if g.chat_id:
-                current = tx.rows(
+                # Locked: a newer shift's audit upsert waits until this finish commits, so a
+                # generation is never finished (nor calibrated) after a newer one replaced it.
+                current = tx.locked(
                     "SELECT generation_id FROM audits WHERE tenant = ? AND chat_id = ?", (tenant, g.chat_id)
                 )
                 if not current or current[0][0] != g.generation_id:
