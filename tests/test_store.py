@@ -474,11 +474,24 @@ def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tupl
         ("sqlite:///x.db?journal=off", "unknown options journal"),
         ("sqlite:///x.db?synchronous=off", "synchronous must be one of normal, full"),
         ("sqlite:///x.db?busy_timeout_ms=soon", "busy_timeout_ms must be a number"),
+        ("postgresql://localhost:abc/db", "port 'abc' is not a port number"),
+        ("postgres://a:5432,b:70000/db", "port '70000' is not a port number"),
+        ("postgresql://localhost/db?no_such_option=1", 'invalid URI query parameter: "no_such_option"'),
+        ("postgresql://[::1/db", "IPv6 host address"),
     ],
 )
 def test_bad_store_urls(url: str, message: str) -> None:
     with pytest.raises(StoreConfigError, match=message):
         open_store(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://someone:hunter2@[::1/db", "postgresql://someone:hunter2%zz@localhost/db"]
+)
+def test_a_malformed_postgresql_url_is_refused_without_its_password(url: str) -> None:
+    with pytest.raises(StoreConfigError) as caught:
+        open_store(url)
+    assert "hunter2" not in str(caught.value) and "***" in str(caught.value)
 
 
 def test_unreachable_postgresql_is_unavailable_with_the_reason() -> None:

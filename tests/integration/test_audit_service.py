@@ -383,6 +383,10 @@ def test_a_locked_store_is_unavailable_and_never_blocks_the_event_loop(tmp_path:
     [
         (("--store", "mysql://localhost/contextshift"), 2, "unknown scheme 'mysql'"),
         (("--store", "sqlite:///x.db?synchronous=sometimes"), 2, "synchronous must be one of"),
+        # Malformed PostgreSQL URLs: a configuration error at once, not "cannot connect" (exit 1).
+        (("--store", "postgresql://someone:hunter2@127.0.0.1:notaport/db"), 2, "'notaport' is not a port"),
+        (("--store", "postgresql://someone:hunter2@[::1/db"), 2, "IPv6 host address"),
+        (("--store", "postgresql://127.0.0.1/db?no_such=1"), 2, 'invalid URI query parameter: "no_such"'),
         (("--model-config-file", "/nonexistent/models.toml"), 2, "No such file"),
     ],
 )
@@ -393,7 +397,7 @@ def test_a_bad_store_setting_stops_the_start_with_one_error_line(
     assert running.proc.wait(30) == code
     (line,) = [line for line in running.log_lines() if line["msg"] == "cannot open the store"]
     assert message in line["error"]
-    assert "Traceback" not in running.log_path.read_text()
+    assert "Traceback" not in running.log_path.read_text() and "hunter2" not in running.log_path.read_text()
 
 
 def test_an_unreachable_postgresql_stops_the_start_with_one_error_line(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ def open_store(url: str, *, pool_size: int = 4) -> Store:
     if url.startswith(POSTGRES_PREFIXES):
         from contextshift.audit.postgres import PostgresStore  # psycopg loads only for PostgreSQL
 
+        _check_postgres_url(url)
         return PostgresStore(url, pool_size=pool_size)
     if url.startswith(SQLITE_PREFIX):
         from contextshift.audit.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
@@ -56,3 +57,23 @@ def open_store(url: str, *, pool_size: int = 4) -> Store:
         f"store URL {redacted(url)!r}: unknown scheme {scheme!r}; use sqlite:///<path> or "
         "postgresql://<host>/<database>"
     )
+
+
+def _check_postgres_url(url: str) -> None:
+    """Raises StoreConfigError for a URL libpq cannot parse, or with a port that is no port: found
+    at start as a configuration error, not later as a database that cannot be reached."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as e:
+        # libpq quotes what it could not parse, which may be the whole URL or the password.
+        reason = str(e).strip().replace(f'"{url}"', f'"{redacted(url)}"')
+        password = re.search(r"://[^/:@]*:([^/@]+)@", url)
+        if password:
+            reason = reason.replace(f'"{password.group(1)}"', '"***"')
+        raise StoreConfigError(f"store URL {redacted(url)!r}: {reason}") from None
+    for port in str(params.get("port", "")).split(","):  # one per host; empty: the default
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise StoreConfigError(f"store URL {redacted(url)!r}: port {port!r} is not a port number")
