@@ -32,6 +32,31 @@ ADMIN = "postgres"  # the cluster's superuser (trust authentication, 127.0.0.1 o
 @dataclass(frozen=True)
 class Cluster:
     port: int
+    # The pg_ctl command (with its user and data directory) and the server options it starts with.
+    control: tuple[str, ...]
+    options: str
+    log: Path
+
+    def restart(self) -> None:
+        """Stops the server (every session's connection closed) and starts it again on its port."""
+        restarted = subprocess.run(
+            [
+                *self.control,
+                "-o",
+                self.options,
+                "-l",
+                str(self.log),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                "60",
+                "restart",
+            ],
+            capture_output=True,
+            text=True,
+        )
+        assert restarted.returncode == 0, f"PostgreSQL did not restart: {restarted.stdout}{restarted.stderr}"
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{ADMIN}@127.0.0.1:{self.port}/{database}"
@@ -119,7 +144,7 @@ def running_cluster() -> Iterator[Cluster]:
             pytest.fail(
                 f"PostgreSQL did not start: {started.stdout}{started.stderr}\n{server_log}", pytrace=False
             )
-        yield Cluster(port)
+        yield Cluster(port, tuple(run), options, log)
     finally:
         subprocess.run([*run, "-m", "immediate", "-w", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)

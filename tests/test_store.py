@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from postgres_cluster import Cluster
+from postgres_cluster import Cluster, running_cluster
 
 from contextshift.audit import open_store
 from contextshift.audit.migrations import LATEST
@@ -459,6 +459,25 @@ def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tupl
     # The delete went after the append, whole: no tail left at positions past a deleted head.
     assert store.problems() == []
     assert store.history("", "c1", "heuristic") == []
+
+
+def test_postgresql_pooled_connections_outlive_a_restart_of_the_database() -> None:
+    # A cluster of its own: restarting the session's would cut off the other tests' stores.
+    with running_cluster() as cluster:
+        store = open_store(cluster.new_database(), pool_size=4)
+        try:
+            store.migrate()
+            store.record_shift("", generation("g1"), b"audit-1")
+            # Four calls at once: the pool holds four connections, each of which the restart ends.
+            together = threading.Barrier(4)
+            threads(4, lambda _: store._run(lambda tx: together.wait(30), write=False))  # type: ignore[attr-defined]
+            cluster.restart()
+            for _ in range(8):  # more calls than the pool has connections: none of them fails
+                stored = store.audit("", "c1")
+                assert stored is not None and stored.payload == b"audit-1"
+            assert finish(store, "g1").generation.status is Status.COMPLETED
+        finally:
+            store.close()
 
 
 # --- URLs and failures --------------------------------------------------------------------------

@@ -5,7 +5,7 @@ the engine: a shift reads the store, shifts and writes its audit in one call on 
 so a synchronous pool costs no extra hop between the event loop and a thread, and both backends
 share one synchronous store protocol (sqlite3 has no async API). The pool is opened lazily by the
 process that uses it, never inherited across a fork, and holds at most `pool_size` connections (one
-per engine thread).
+per engine thread); a pooled connection the server closed (a restart) is replaced before use.
 
 Read-modify-write transactions lock the rows they read (`SELECT ... FOR UPDATE`: a report locks
 its chat's audit row, so a newer shift of the chat waits for it); what appends to, deletes or
@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -46,6 +48,23 @@ RECORD_SHIFT = (
 def _sql(statement: str) -> str:
     """`?` placeholders as psycopg's `%s` (no statement here contains either otherwise)."""
     return statement.replace("?", "%s")
+
+
+def _closed_by_server(connection: psycopg.Connection[Row]) -> bool:
+    """Whether the server closed this idle connection (a restart, a terminated backend), at no
+    round trip for a live one: a closed one has the server's goodbye or end of file waiting to be
+    read, a live idle one nothing. Something to read is then confirmed by a ping."""
+    if connection.closed:
+        return True
+    readable = select.poll()
+    readable.register(connection.fileno(), select.POLLIN)
+    if not readable.poll(0):
+        return False
+    try:
+        ConnectionPool.check_connection(connection)
+    except psycopg.Error:
+        return True
+    return False
 
 
 class _Tx:
@@ -118,7 +137,7 @@ class PostgresStore(SqlStore):
         pool = self._connections()
         for attempt in range(RETRIES):
             try:
-                with pool.connection() as connection:
+                with self._live_connection(pool) as connection:
                     if not transaction:
                         return work(_Tx(connection))
                     with connection.transaction():
@@ -131,6 +150,22 @@ class PostgresStore(SqlStore):
             except (psycopg.OperationalError, PoolTimeout) as e:
                 raise StoreUnavailable(f"PostgreSQL store at {redacted(self._url)}: {e}") from e
         raise AssertionError("not reached")
+
+    @contextmanager
+    def _live_connection(
+        self, pool: ConnectionPool[psycopg.Connection[Row]]
+    ) -> Iterator[psycopg.Connection[Row]]:
+        """A pooled connection the server has not closed: after a database restart every pooled
+        connection is dead, and each would fail one call. A dead one is closed (the pool replaces
+        it) and the next taken. Not the pool's `check` callback: each failed check there sleeps a
+        growing backoff (1 s, 2 s, 4 s...), so a pool of stale connections could time out."""
+        for left in reversed(range(self._pool_size + 1)):
+            with pool.connection() as connection:
+                if left and _closed_by_server(connection):
+                    connection.close()
+                    continue
+                yield connection
+                return
 
     def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
         if audit is None:
