@@ -17,15 +17,21 @@ def test_the_chats_last_audit_keeps_the_cut(server: ServerProcess) -> None:
     with contextshift.Client(server.address) as client:
         first = client.shift_context(chat(20), budget=1000, chat_id="stable-chat", options=options)
         assert first.excluded and [d.event for d in first.diagnostics] == []
+        # A second chat whose last audit holds the same cut, for the shift with the option off.
+        twin = client.shift_context(chat(20), budget=1000, chat_id="stable-chat-off", options=options)
+        assert [d.id for d in twin.excluded] == [d.id for d in first.excluded]
         following = chat(21)
         previewed = client.preview_context(following, budget=1000, chat_id="stable-chat", options=options)
         shifted = client.shift_context(following, budget=1000, chat_id="stable-chat", options=options)
         plain = client.shift_context(
-            following, budget=1000, chat_id="other-chat", options={**options, "cache_stable": False}
+            following, budget=1000, chat_id="stable-chat-off", options={**options, "cache_stable": False}
         )
+        stateless = client.shift_context(following, budget=1000, options=options)  # no chat, no audit
     # The next turn starts with the same prompt; a stateless shift would cut more of the front.
     assert [d.id for d in shifted.kept][: len(first.kept)] == [d.id for d in first.kept]
     assert [d.event for d in shifted.diagnostics] == ["CACHE_STABLE"]
     assert previewed.kept == shifted.kept and previewed.excluded == shifted.excluded
+    # Off, the chat's last audit is not read: the cut is the stateless one, not the kept prefix.
+    assert [d.id for d in plain.kept] == [d.id for d in stateless.kept] != [d.id for d in shifted.kept]
     assert [d.id for d in plain.kept][: len(first.kept)] != [d.id for d in first.kept]
     assert plain.diagnostics == []
