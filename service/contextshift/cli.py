@@ -7,8 +7,8 @@ contextshift audit CHAT_ID --server 127.0.0.1:50051
 contextshift count examples/support-chat.json other.json   (or - for stdin)
 contextshift bench-profiles [FILES... | -] [--profiles heuristic o200k_base] [--json]
 
-Tables are coloured by decision when the output is a terminal, plain when piped; inputs large enough
-to take a while show progress on stderr (a terminal only).
+Tables are coloured by decision when the output is a terminal, plain when piped; what takes about a
+second or more (a long table, a large input) shows progress on stderr (a terminal only).
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
@@ -43,9 +44,14 @@ if TYPE_CHECKING:
     from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 
 API_KEY_ENV = "CONTEXTSHIFT_API_KEY"
-# Inputs from this size on take about a second or more (reading the JSON, counting): they show
-# progress on a terminal.
-PROGRESS_BYTES = 8 * 1024 * 1024
+# Measured on 2 cores: reading, parsing and counting (or shifting) 8 MiB of JSON takes about 0.15 s
+# with o200k_base, 64 MiB about a second; such inputs show progress on a terminal.
+PROGRESS_BYTES = 64 * 1024 * 1024
+# Measured likewise: rich renders a decision table at about 400 to 700 rows a second, so printing
+# a table of this many rows takes about a second; it shows progress on a terminal.
+PROGRESS_ROWS = 500
+TABLE_CHUNK = 100  # rows rendered per step of the progress bar
+PREVIEW_CHARS = 1_000  # of a block's text, before its whitespace is collapsed for the table
 COUNT_BATCH = 2_000  # items counted per step of the progress bar
 MAX_COUNT_ROWS = 10_000  # more blocks than this in a file: its total only (all counts with --json)
 STYLES = {"kept": "green", "excluded": "red", "summary": "blue", "truncated": "yellow"}
@@ -108,11 +114,29 @@ def load_blocks(text: str, source: str) -> list[Any]:
 
 
 def _waiting(what: str, size: int) -> AbstractContextManager[Any]:
-    """A spinner on stderr while a large input is worked on (a terminal only)."""
+    """A spinner on stderr while a large input is worked on (a terminal only): a parse or a shift
+    says nothing of how far it is."""
     console = stderr()
     if size < PROGRESS_BYTES or not console.is_terminal:
         return nullcontext()
     return console.status(what)
+
+
+def _progress(what: str, size: int, threshold: int) -> Progress:
+    """A bar on stderr, transient, for a task of `size` steps (a terminal only, from `threshold`)."""
+    console = stderr()
+    return Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=size < threshold or not console.is_terminal,
+        transient=True,
+        # Nothing is printed while it runs; rich would send stdout to the bar's console (stderr).
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
 
 
 # --- tables -----------------------------------------------------------------------------------
@@ -130,7 +154,8 @@ def _preview_text(block: Any) -> str:
         content = " ".join(
             str(p.get("text", f"[{p.get('type')}]")) for p in content if isinstance(p, Mapping)
         )
-    return " ".join(str(content or "").split())
+    # The table shows 48 cells of it: measuring a megabyte of text per row would take seconds.
+    return " ".join(str(content or "")[:PREVIEW_CHARS].split())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,26 +170,68 @@ class Row:
     text: str = ""
 
 
-def decision_table(rows: Sequence[Row], *, content: bool = True) -> Table:
+@dataclasses.dataclass(frozen=True)
+class Column:
+    header: str
+    right: bool = False  # numbers
+    max_width: int | None = None  # longer cells end in an ellipsis
+
+
+def print_table(
+    console: Console,
+    columns: Sequence[Column],
+    rows: Sequence[tuple[Sequence[str], str | None]],
+    title: str | None = None,
+) -> None:
+    """`rows` (cells, style) as one table on `console`. Rendering is the slow part of a large table
+    (rich measures and lays out every cell), so it is rendered in chunks of TABLE_CHUNK rows with a
+    progress bar on stderr, then written at once; the columns get fixed widths, the widest cell's,
+    so the chunks line up as one table."""
+    widths = [
+        min(max([cell_len(col.header), *(cell_len(cells[k]) for cells, _ in rows)]), col.max_width or 10**9)
+        for k, col in enumerate(columns)
+    ]
+    rendered: list[str] = []
+    with _progress("printing rows", len(rows), PROGRESS_ROWS) as progress:
+        task = progress.add_task("print", total=len(rows))
+        for start in range(0, max(len(rows), 1), TABLE_CHUNK):
+            first = start == 0
+            table = Table(
+                box=box.SIMPLE,
+                pad_edge=False,
+                show_edge=False,
+                show_header=first,
+                title=title if first else None,
+                title_justify="left",
+            )
+            for col, width in zip(columns, widths, strict=True):
+                justify: Literal["left", "right"] = "right" if col.right else "left"
+                table.add_column(col.header, justify=justify, no_wrap=True, overflow="ellipsis", width=width)
+            chunk = rows[start : start + TABLE_CHUNK]
+            for cells, style in chunk:
+                table.add_row(*map(Text, cells), style=style)  # text as is, never rich markup
+            with console.capture() as captured:
+                console.print(table)
+            rendered.append(captured.get())
+            progress.advance(task, len(chunk))
+    console.file.write("".join(rendered))
+    console.file.flush()
+
+
+def print_decisions(console: Console, rows: Sequence[Row], *, content: bool = True) -> None:
     """The rows in order, coloured by decision; without `content`, no role, kind or text columns."""
-    table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False)
-    table.add_column("#", justify="right")
-    table.add_column("id", no_wrap=True)
+    columns = [Column("#", right=True), Column("id")]
     if content:
-        table.add_column("role", no_wrap=True)
-        table.add_column("kind", no_wrap=True)
-    table.add_column("tokens", justify="right")
-    table.add_column("decision", no_wrap=True)
-    table.add_column("reason", no_wrap=True)
+        columns += [Column("role"), Column("kind")]
+    columns += [Column("tokens", right=True), Column("decision"), Column("reason")]
     if content:
-        table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=48)
+        columns.append(Column("text", max_width=48))
+    cells = []
     for index, row in enumerate(rows):
         tokens = "" if row.tokens is None else str(row.tokens)
-        cells = [row.role, row.kind or "-", tokens, row.decision, row.reason, row.text]
-        if not content:
-            cells = cells[2:5]
-        table.add_row(str(index), row.id, *cells, style=STYLES.get(row.decision))
-    return table
+        middle = [row.role, row.kind or "-", tokens, row.decision, row.reason, row.text]
+        cells.append(([str(index), row.id, *(middle if content else middle[2:5])], STYLES.get(row.decision)))
+    print_table(console, columns, cells)
 
 
 def _cut(decision: str, reason: str, cut: Truncation | pb.Truncation | None) -> tuple[str, str]:
@@ -321,7 +388,7 @@ def _preview(args: argparse.Namespace) -> int:
     if args.json:
         console.print_json(json.dumps(_result_json(result), ensure_ascii=False))
         return 0
-    console.print(decision_table(plan_rows(blocks, result)))
+    print_decisions(console, plan_rows(blocks, result))
     console.print(plan_summary(result))
     for warning in result.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
@@ -382,7 +449,7 @@ def _audit(args: argparse.Namespace) -> int:
     audit = response.audit
     plan = audit.plan
     console = stdout()
-    console.print(decision_table(audit_rows(audit), content=False))
+    print_decisions(console, audit_rows(audit), content=False)
     kept = sum(b.kept for b in audit.blocks)
     approx = " (approximate)" if plan.approximate else ""
     console.print(
@@ -412,17 +479,8 @@ def _count(args: argparse.Namespace) -> int:
     with _waiting(f"reading {size / 2**20:.0f} MiB", size):
         inputs += [(source, load_blocks(text, source)) for source, text in texts]
     console = stdout()
-    progress = Progress(
-        TextColumn("counting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=stderr(),
-        disable=size < PROGRESS_BYTES or not stderr().is_terminal,
-        transient=True,
-    )
     counted: list[tuple[str, list[Any], list[int]]] = []
-    with progress:
+    with _progress("counting", size, PROGRESS_BYTES) as progress:
         task = progress.add_task("count", total=sum(len(items) for _, items in inputs))
         for source, items in inputs:
             counts: list[int] = []
@@ -435,15 +493,12 @@ def _count(args: argparse.Namespace) -> int:
         return 0
     for source, items, counts in counted:
         if len(items) <= MAX_COUNT_ROWS:
-            table = Table(box=box.SIMPLE, pad_edge=False, show_edge=False, title=source, title_justify="left")
-            table.add_column("#", justify="right")
-            table.add_column("role")
-            table.add_column("kind")
-            table.add_column("tokens", justify="right")
+            rows = []
             for index, (item, tokens) in enumerate(zip(items, counts, strict=True)):
                 role, kind = ("text", "") if isinstance(item, str) else _label(item)
-                table.add_row(str(index), role, kind or "-", str(tokens))
-            console.print(table)
+                rows.append(([str(index), role, kind or "-", str(tokens)], None))
+            columns = [Column("#", right=True), Column("role"), Column("kind"), Column("tokens", right=True)]
+            print_table(console, columns, rows, title=source)
         console.print(
             f"{source}: {len(items)} {'texts' if args.text is not None else 'blocks'}, {sum(counts)} tokens"
         )

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import contextshift
+from contextshift import cli
 from contextshift.api import config
 
 from .conftest import ServerProcess, start_server
@@ -298,16 +299,65 @@ def test_colour_in_a_terminal() -> None:
     assert "PROTECTED_SYSTEM" in output
 
 
-def test_progress_on_a_large_input_in_a_terminal(tmp_path: Path) -> None:
-    big = tmp_path / "big.json"
-    block = {"role": "user", "content": "lorem ipsum dolor sit amet " * 40}
-    big.write_text(json.dumps([block] * 9_000))  # over 8 MiB
-    assert big.stat().st_size > 8 * 1024 * 1024
-    code, output = in_terminal("count", str(big), "--json")
+@pytest.fixture(scope="module")
+def large(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A conversation over cli.PROGRESS_BYTES (64 MiB) in a few blocks, so its table is short."""
+    path = tmp_path_factory.mktemp("large") / "large.json"
+    blocks = [
+        {"role": "user", "content": f"block {n}: " + "lorem ipsum dolor sit amet " * 40_000}
+        for n in range(64)
+    ]
+    path.write_text(json.dumps(blocks))
+    assert path.stat().st_size > cli.PROGRESS_BYTES
+    return path
+
+
+def test_count_shows_progress_on_a_large_input_in_a_terminal(large: Path) -> None:
+    code, output = in_terminal("count", str(large), "--json")
     assert code == 0
-    assert "counting" in output and "9000/9000" in output
-    piped = run("count", str(big), "--json")
-    assert "counting" not in piped.stdout + piped.stderr
+    assert "counting" in output and "64/64" in output
+    piped = run("count", str(large), "--json")
+    assert piped.returncode == 0 and "counting" not in piped.stdout + piped.stderr
+
+
+def test_preview_shows_a_spinner_while_it_shifts_a_large_input(large: Path) -> None:
+    megabytes = f"{large.stat().st_size / 2**20:.0f} MiB"
+    code, output = in_terminal("preview", str(large), "--budget", "100000000")
+    assert code == 0
+    assert f"shifting {megabytes}" in output
+    assert "64 kept, 0 excluded" in output
+    piped = run("preview", str(large), "--budget", "100000000")
+    assert piped.returncode == 0 and "shifting" not in piped.stdout + piped.stderr
+    assert len(table_rows(piped.stdout)) == 64
+
+
+def test_preview_shows_progress_while_it_prints_a_long_table(tmp_path: Path) -> None:
+    """Over cli.PROGRESS_ROWS rows, the table is rendered in chunks with a bar of the rows; the
+    chunks line up as one table."""
+    rows = cli.PROGRESS_ROWS + 150
+    many = tmp_path / "many.json"
+    turns = [
+        {
+            "id": f"b{n}",
+            "role": "user" if n % 2 == 0 else "assistant",
+            "content": f"turn {n} " + "x" * (n % 7),
+        }
+        for n in range(rows)
+    ]
+    many.write_text(json.dumps(turns))
+    code, output = in_terminal("preview", str(many), "--budget", "100000")
+    assert code == 0
+    assert "printing rows" in output and f"{rows}/{rows}" in output
+    piped = run("preview", str(many), "--budget", "100000")
+    assert piped.returncode == 0 and "printing rows" not in piped.stdout + piped.stderr
+    shown = table_rows(piped.stdout)
+    assert list(shown) == [turn["id"] for turn in turns]
+    assert {cells[5] for cells in shown.values()} == {"kept"}
+    # One table: every row's decision starts in the same column, across the chunks.
+    lines = [line for line in piped.stdout.splitlines() if " kept " in line]
+    assert len(lines) == rows and len({line.index(" kept ") for line in lines}) == 1
+    # A short table: no bar, in a terminal too.
+    assert "printing rows" not in in_terminal("preview", str(EXAMPLE), "--budget", "300")[1]
 
 
 def test_serve_help_documents_every_setting() -> None:
@@ -354,3 +404,11 @@ def test_bench_profiles_runs_on_the_shipped_corpus_and_on_stdin() -> None:
     report = json.loads(proc.stdout)
     assert report["documents"] == 1 and report["messages"] == 13
     assert [t["profile"] for t in report["throughput"]] == ["cl100k_base"]
+
+
+def test_text_that_looks_like_markup_is_shown_as_is(tmp_path: Path) -> None:
+    conversation = tmp_path / "markup.json"
+    conversation.write_text(json.dumps([{"id": "u", "role": "user", "content": "see [/oops] and [bold]x"}]))
+    proc = run("preview", str(conversation), "--budget", "100")
+    assert proc.returncode == 0, proc.stderr
+    assert "see [/oops] and [bold]x" in proc.stdout
