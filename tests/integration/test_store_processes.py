@@ -1,6 +1,7 @@
 """Several server processes over one store (one SQLite file, one PostgreSQL database): a shift
-served by one is audited, finished, configured and deleted through the other; many clients mixing
-shifts, reports, reads and deletes leave every chat with one well-formed audit or none; and a
+served by one is audited, finished, configured and deleted through the other (two replicas, or two
+workers of one server); many clients mixing shifts, reports, appends, reads and deletes leave every
+chat with one well-formed audit or none and a whole history; and a
 server killed with SIGKILL in the middle of writes, again and again, leaves a store that opens,
 passes its integrity check and holds, for every chat, a complete old or new audit."""
 
@@ -148,6 +149,96 @@ def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             stub(to_a).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10)
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+SERVICE = "/contextshift.v1.ContextShiftService/"
+
+
+class Served:
+    """Which worker process served each call of a server's, read from its log (one line per call,
+    with the worker's pid). Calls are made one at a time, so the n-th line of a method is its n-th
+    call."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self._server = server
+        self._calls: dict[str, int] = {}
+
+    def last(self, method: str) -> int:
+        """The pid that served the call of `method` just made."""
+        self._calls[method] = n = self._calls.get(method, 0) + 1
+        deadline = time.monotonic() + 10
+        while True:
+            lines = [line for line in self._server.log_lines() if line.get("method") == SERVICE + method]
+            if len(lines) >= n:
+                return int(lines[n - 1]["pid"])
+            assert time.monotonic() < deadline, f"no log line for call {n} of {method}"
+            time.sleep(0.02)
+
+
+def fresh_channel(address: str) -> grpc.Channel:
+    """A channel with a connection of its own: the kernel hands each new connection to either
+    worker, and all of one channel's calls go over its one connection, to one worker."""
+    return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
+def test_two_workers_of_one_server_answer_for_each_others_shifts(tmp_path: Path) -> None:
+    # The motivating case: FinishGeneration lands on another worker process than the shift.
+    # No read cache: the calibration reported through one worker is read at once by the other.
+    running = start_server(tmp_path, "--workers", "2", "--store-cache-seconds", "0")  # one SQLite file
+    try:
+        running.wait_serving(2)
+        workers = {line["pid"] for line in running.log_lines() if line["msg"] == "serving"}
+        served = Served(running)
+        chat_id, model = "two-workers", "claude-sonnet-4-5-workers"
+        request = shift_request(chat_id, "w1")
+        request.model = model
+        with fresh_channel(running.address) as channel:
+            shifted = stub(channel).ShiftContext(request, timeout=10)
+        shifter = served.last("ShiftContext")
+        (other,) = workers - {shifter}
+
+        def audit(channel: grpc.Channel) -> pb.ContextAudit:
+            found = (
+                stub(channel).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10).audit
+            )
+            check_audit(found, chat_id, {"w1"})
+            return found
+
+        finished = None
+        for _ in range(50):  # bounded: each new connection reaches the other worker half the time
+            with fresh_channel(running.address) as channel:
+                pending = audit(channel)
+                if served.last("GetContextAudit") != other:
+                    assert pending.status == pb.GENERATION_STATUS_PENDING
+                    continue
+                assert pending.status == pb.GENERATION_STATUS_PENDING  # the other worker reads it
+                finished = stub(channel).FinishGeneration(
+                    pb.FinishGenerationRequest(
+                        chat_id=chat_id,
+                        generation_id=shifted.generation_id,
+                        status=pb.GENERATION_STATUS_COMPLETED,
+                        reported_prompt_tokens=2 * shifted.plan.prompt_tokens,
+                    ),
+                    timeout=10,
+                )
+                assert served.last("FinishGeneration") == other
+                break
+        assert finished is not None, "no connection reached the other worker in 50 tries"
+        assert finished.status == pb.GENERATION_STATUS_COMPLETED and finished.calibration_recorded
+        # Both workers now read the finished audit, and the calibration the other one recorded.
+        read_by: set[int] = set()
+        for _ in range(50):
+            with fresh_channel(running.address) as channel:
+                assert audit(channel).status == pb.GENERATION_STATUS_COMPLETED
+                read_by.add(served.last("GetContextAudit"))
+                preview = pb.PreviewContextRequest(blocks_json=conversation("w2"), model=model)
+                factor = stub(channel).PreviewContext(preview, timeout=10).plan.calibration_factor
+                assert factor == pytest.approx(finished.calibration.factor) and factor != 1.0
+            if read_by == workers:
+                break
+        assert read_by == workers, f"only {read_by} of the workers {workers} answered in 50 tries"
+    finally:
+        assert running.terminate() == 0
 
 
 def context_limit(channel: grpc.Channel, model: str) -> int:
