@@ -112,17 +112,25 @@ def start_server(
     env: dict[str, str] | None = None,
     gate: Gate | None = None,
     store: str | None = None,
+    default_store: bool = False,
+    cwd: Path | None = None,
 ) -> ServerProcess:
-    """Start `contextshift serve` with `flags`; the environment has no CONTEXTSHIFT_/LLM_ settings but
-    `env`. The store is `store`, or a SQLite file of its own in `tmp_path`. With `gate`, every
-    engine call waits for the gate to open."""
+    """Start `contextshift serve` with `flags`, in `cwd` (default: this process's); the environment
+    has no CONTEXTSHIFT_/LLM_ settings but `env`. The store is `store`, or a SQLite file of its own
+    in `tmp_path`; with `default_store`, no --store at all (the server's default, in `cwd`). With
+    `gate`, every engine call waits for the gate to open."""
     # Chosen together: two separate picks can return the same port.
     chosen = iter(free_ports(2))
     port = next(chosen) if port is None else port
     http_port = next(chosen) if http_port is None else http_port
     if http_port == port:
         http_port = next(chosen)
-    store = store or f"sqlite:///{tmp_path}/store-{port}.db"
+    if default_store:
+        store_flags: list[str] = []
+        store = f"sqlite:///{cwd or Path.cwd()}/contextshift.db"  # where the default puts it
+    else:
+        store = store or f"sqlite:///{tmp_path}/store-{port}.db"
+        store_flags = ["--store", store]
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
     env = clean | (env or {})
@@ -142,13 +150,13 @@ def start_server(
                 str(port),
                 "--http-port",
                 str(http_port),
-                "--store",
-                store,
+                *store_flags,
                 *flags,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=cwd,
         )
     server = ServerProcess(proc, port, http_port, log_path, store)
     if wait:

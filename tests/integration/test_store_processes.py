@@ -1,9 +1,10 @@
 """Several server processes over one store (one SQLite file, one PostgreSQL database): a shift
 served by one is audited, finished, configured and deleted through the other (two replicas, or two
 workers of one server); many clients mixing shifts, reports, appends, reads and deletes leave every
-chat with one well-formed audit or none and a whole history; and a
-server killed with SIGKILL in the middle of writes, again and again, leaves a store that opens,
-passes its integrity check and holds, for every chat, a complete old or new audit."""
+chat with one well-formed audit or none and a whole history; a server killed with SIGKILL in the
+middle of writes, again and again, leaves a store that opens, passes its integrity check and
+holds, for every chat, a complete old or new audit; and the default store, in the working
+directory, keeps its audits from one server to the next."""
 
 from __future__ import annotations
 
@@ -359,6 +360,33 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
         assert histories, "no chat kept a history: the mix exercised nothing"
     finally:
         store.close()
+
+
+def test_the_default_store_is_made_in_the_working_directory_and_outlives_the_server(tmp_path: Path) -> None:
+    workdir = tmp_path / "workdir"
+    workdir.mkdir()
+    database = workdir / "contextshift.db"
+    assert not database.exists()
+    # No --store and no CONTEXTSHIFT_STORE (start_server passes no CONTEXTSHIFT_ variable).
+    with (
+        serving(tmp_path, default_store=True, cwd=workdir) as first,
+        grpc.insecure_channel(first.address) as channel,
+    ):
+        assert database.is_file()  # created on first use, before the server serves
+        stub(channel).ShiftContext(shift_request("default-store", "d1"), timeout=10)
+    (ready,) = [line for line in first.log_lines() if line["msg"] == "store ready"]
+    assert ready["store"].startswith("sqlite contextshift.db")
+    with (
+        serving(tmp_path, default_store=True, cwd=workdir) as second,
+        grpc.insecure_channel(second.address) as channel,
+    ):
+        audit = (
+            stub(channel)
+            .GetContextAudit(pb.GetContextAuditRequest(chat_id="default-store"), timeout=10)
+            .audit
+        )
+        check_audit(audit, "default-store", {"d1"})
+        assert audit.status == pb.GENERATION_STATUS_PENDING
 
 
 KILL_ROUNDS = 6
