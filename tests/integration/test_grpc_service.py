@@ -505,6 +505,24 @@ def test_finish_generation_validation(
     assert set(violations(caught.value)) == expected
 
 
+@pytest.mark.parametrize(
+    ("status", "message"),
+    [
+        (pb.GENERATION_STATUS_UNSPECIFIED, "not set: set COMPLETED, FAILED or CANCELLED"),
+        (pb.GENERATION_STATUS_PENDING, "PENDING is not a terminal status"),
+        (42, "unknown value 42: set COMPLETED, FAILED or CANCELLED"),
+    ],
+)
+def test_finish_generation_says_what_is_wrong_with_its_status(
+    channel: grpc.Channel, status: int, message: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        stub(channel).FinishGeneration(
+            pb.FinishGenerationRequest(generation_id="g", status=status), timeout=10
+        )
+    assert message in violations(caught.value)["status"]
+
+
 def test_finish_generation_of_an_unknown_generation_is_not_found(channel: grpc.Channel) -> None:
     # PreviewContext writes nothing, so nothing of it can be finished either.
     stub(channel).PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model=fresh_claude()), timeout=10)

@@ -112,11 +112,12 @@ def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolati
     found = convert.id_violations("generation_id", request.generation_id)
     found += convert.id_violations("chat_id", request.chat_id, required=False)
     if request.status not in _TERMINAL:
-        what = (
-            "not set"
-            if request.status == pb.GENERATION_STATUS_UNSPECIFIED
-            else f"unknown value {request.status}"
-        )
+        if request.status == pb.GENERATION_STATUS_UNSPECIFIED:
+            what = "not set"
+        elif request.status == pb.GENERATION_STATUS_PENDING:  # a known value, so say why it is refused
+            what = "PENDING is not a terminal status (a generation is PENDING until it is finished)"
+        else:
+            what = f"unknown value {request.status}"
         found.append(FieldViolation("status", f"{what}: set COMPLETED, FAILED or CANCELLED"))
     failed = request.status == pb.GENERATION_STATUS_FAILED
     if request.error_code and not failed:  # deprecated, still honoured
