@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -238,6 +239,21 @@ def test_still_over_the_budget_truncate_goes_on(fake_llm: FakeLlm) -> None:
     assert result.summary is not None and result.prompt_tokens <= 300
     assert "BUDGET_OLDEST_FIRST" in {reasons(result)[i] for i in ("u10", "a10")}
     assert kept_ids(result)[:2] == ["sys", "summary"] and kept_ids(result)[-1] == "now"
+
+
+def test_a_compaction_that_fits_the_budget_goes_on_down_to_the_target(fake_llm: FakeLlm) -> None:
+    blocks = long_chat(12)
+    at_one = compact(blocks, fake_llm)
+    assert at_one.summary is not None and at_one.excluded != []
+    # A target a little under what compaction alone gives (within the budget).
+    ratio = (at_one.prompt_tokens - 40) / 700
+    target = math.floor(ratio * 700)
+    assert at_one.prompt_tokens > target
+    result = compact(blocks, fake_llm, target_ratio=ratio)
+    assert result.summary is not None and result.prompt_tokens <= target
+    # The summary where the history began, then truncate from the oldest verbatim blocks.
+    assert kept_ids(result)[:2] == ["sys", "summary"] and kept_ids(result)[-1] == "now"
+    assert reasons(result)["u10"] == "BUDGET_OLDEST_FIRST"
 
 
 def test_nothing_to_do_calls_no_llm(fake_llm: FakeLlm) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -288,10 +289,41 @@ def flag_manual(scenario: Scenario, flags: list[bool]) -> Scenario:
     return Scenario(blocks, scenario.budget, scenario.options)
 
 
+# Under this many tokens of room a summary is not made (contextshift.strategies.summarize).
+MIN_SUMMARY_TOKENS = 32
+# A budget no generated prompt reaches.
+UNBOUNDED = 2**40
+
+
+def check_hysteresis(
+    scenario: Scenario, strategy: str, target_ratio: float, result: contextshift.ShiftResult
+) -> None:
+    """Once a shift is needed (the prompt less its orphans, and for `manual` its flagged blocks, is
+    over the budget), it ends at or under floor(target_ratio x budget) wherever truncate can get
+    there (its floor: every unprotected group left out). A summary goes over the target only
+    when the target leaves it less than MIN_SUMMARY_TOKENS beside the rest."""
+    budget = result.budget
+    before = "manual" if strategy == "manual" else "truncate"
+    whole = run_library(Scenario(scenario.blocks, UNBOUNDED, scenario.options), strategy=before)
+    if whole.prompt_tokens <= budget:
+        return  # no shift was needed
+    target = math.floor(target_ratio * budget)
+    floor = run_library(scenario, target_ratio=1e-12).prompt_tokens  # a target of 0: as low as it goes
+    if floor > target:
+        return  # out of reach
+    summary = result.summary.tokens if result.summary else 0
+    rest = result.prompt_tokens - summary
+    assert rest <= target, f"{strategy}: {rest} tokens besides a summary, over the target {target}"
+    if summary and result.prompt_tokens > target:
+        assert target - rest < MIN_SUMMARY_TOKENS, f"{strategy}: the summary ends over the target {target}"
+
+
 @settings(max_examples=examples(250))
 @given(
     scenarios(),
-    st.sampled_from(["summarize", "vector-recall", "manual", "clear-tool-results"]),
+    st.sampled_from(
+        ["truncate", "summarize", "vector-recall", "manual", "clear-tool-results", "llm-compact"]
+    ),
     st.sampled_from([1.0, 0.8, 0.5]),
     st.lists(st.booleans(), max_size=12),
 )
@@ -315,6 +347,7 @@ def test_every_strategy_keeps_the_promises(
         return
     assert scenario.blocks == snapshot, f"{strategy} modified its input"
     check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
+    check_hysteresis(scenario, strategy, target_ratio, result)
     assert result.strategy == strategy
     if target_ratio == 1.0 and strategy in {"vector-recall", "clear-tool-results"} and not truncated.excluded:
         assert result.excluded == []  # nothing had to go: nothing went
@@ -324,3 +357,64 @@ def test_every_strategy_keeps_the_promises(
         assert decisions(from_json.kept) == decisions(result.kept)
         assert decisions(from_json.excluded) == decisions(result.excluded)
         assert json.loads(from_json.messages_json()) == json.loads(result.messages_json())
+
+
+BUILT_IN_STRATEGIES = [
+    "truncate",
+    "summarize",
+    "vector-recall",
+    "manual",
+    "clear-tool-results",
+    "llm-compact",
+]
+TOOL_NAMES = ["search", "fetch", "ls"]
+
+
+@st.composite
+def agent_loops(draw: st.DrawFn) -> Scenario:
+    """An agent loop: tool calls and results of every size, with turns between, and a budget
+    from nothing to more than it all (the generic scenarios rarely have tool results big enough
+    to clear)."""
+    blocks: list[dict[str, Any]] = [
+        {"id": "sys", "role": "system", "content": "You are an agent."},
+        {"id": "task", "role": "user", "content": "Find the failing export and fix it."},
+    ]
+    for n in range(draw(st.integers(1, 8))):
+        arguments = json.dumps({"q": "term " * draw(st.integers(0, 30))})
+        call = {"id": f"c{n}", "type": "function", "function": {"name": draw(st.sampled_from(TOOL_NAMES))}}
+        call["function"]["arguments"] = arguments
+        blocks.append({"id": f"call{n}", "role": "assistant", "tool_calls": [call]})
+        output = "row 42 /srv/data.csv " * draw(st.integers(0, 80))
+        blocks.append({"id": f"res{n}", "role": "tool", "tool_call_id": f"c{n}", "content": output})
+        if draw(st.booleans()):
+            role = draw(st.sampled_from(["user", "assistant"]))
+            blocks.append({"id": f"turn{n}", "role": role, "content": "noted " * draw(st.integers(1, 40))})
+    total = sum(contextshift.count_tokens(blocks))
+    return Scenario(blocks, draw(st.integers(0, total + 20)), None)
+
+
+@settings(max_examples=examples(300))
+@given(
+    agent_loops(),
+    st.sampled_from(BUILT_IN_STRATEGIES),
+    st.sampled_from([1.0, 0.9, 0.8, 0.5, 0.2]),
+    st.fixed_dictionaries(
+        {
+            "keep_tool_uses": st.integers(0, 4),
+            "exclude_tools": st.lists(st.sampled_from(TOOL_NAMES), max_size=2, unique=True),
+            "clear_tool_inputs": st.booleans(),
+            "clear_at_least": st.sampled_from([0, 0, 30, 400]),
+        }
+    ),
+)
+def test_every_strategy_shifts_down_to_the_target_on_agent_loops(
+    scenario: Scenario, strategy: str, target_ratio: float, clearing: dict[str, Any]
+) -> None:
+    try:
+        run_library(scenario)
+    except contextshift.TokenBudgetExceeded:
+        return  # protected blocks alone do not fit
+    options = clearing if strategy == "clear-tool-results" else {}
+    result = run_library(scenario, strategy=strategy, target_ratio=target_ratio, **options)
+    check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
+    check_hysteresis(scenario, strategy, target_ratio, result)

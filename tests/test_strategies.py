@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -138,6 +139,19 @@ def test_summaries_keep_code_spans_and_fenced_code_byte_for_byte() -> None:
         ]
     )
     assert made.facts_kept == made.facts_total == 2  # the two code spans
+
+
+def test_summarize_ends_at_the_target_once_a_shift_is_needed() -> None:
+    blocks = long_chat(12)
+    # The target (350) leaves no summary_max_tokens beside the protected blocks: the summary
+    # takes the room under the target, not under the budget.
+    result = contextshift.shift_context(
+        blocks, budget=700, strategy="summarize", options={"target_ratio": 0.5}
+    )
+    summary = result.summary
+    assert summary is not None and kept_ids(result) == ["sys", "summary", "now"]
+    assert result.prompt_tokens <= 350 < result.prompt_tokens - summary.tokens + 512
+    assert summary.facts_kept > 0
 
 
 def test_summarize_when_everything_fits_makes_no_summary() -> None:
@@ -589,6 +603,28 @@ def test_clear_at_least_reached_clears_until_that_much_is_gained() -> None:
     # Without it, the one result that suffices.
     least = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results")
     assert [t.id for t in least.truncated] == ["res0"] and least.excluded == []
+
+
+def test_clear_tool_results_goes_down_to_the_target_once_a_shift_is_needed() -> None:
+    blocks = agent_loop(6)
+    total = sum(map(tokens, blocks))
+    budget = total - 10
+    target = math.floor(0.8 * budget)
+    # res1 is the one result that may be cleared: that fits the budget, not the target.
+    options = {"keep_tool_uses": 4, "exclude_tools": ["search"], "target_ratio": 0.8}
+    assert target < total - clear_gain(blocks[5]) <= budget
+    result = contextshift.shift_context(blocks, budget=budget, strategy="clear-tool-results", options=options)
+    assert result.prompt_tokens <= target
+    # Truncate went on from the oldest group; the cleared result stays cleared.
+    assert [(d.id, d.reason) for d in result.excluded] == [
+        ("call0", "BUDGET_OLDEST_FIRST"),
+        ("res0", "TOOL_GROUP"),
+    ]
+    assert [(t.id, t.how) for t in result.truncated] == [("res1", "TOOL_RESULT_CLEARED")]
+    assert result.diagnostics[0].detail == "cleared 1 tool results"
+    # Under the budget from the start, nothing is cleared or cut, whatever the target.
+    fits = contextshift.shift_context(blocks, budget=total, strategy="clear-tool-results", options=options)
+    assert fits.excluded == [] and fits.truncated == []
 
 
 def test_clear_tool_results_in_anthropic_shape_on_the_json_route() -> None:

@@ -20,9 +20,6 @@ from contextshift.options import OptionSpec
 from contextshift.strategies.context import Outcome, Rewrite, StrategyContext
 from contextshift.strategies.registry import StrategyInfo
 
-# A budget no prompt reaches: a plan against it removes only orphans, giving the prompt's size.
-_UNBOUNDED = 2**62
-
 
 def placeholder(tokens: int) -> str:
     return f"[tool result cleared: {tokens} tokens]"
@@ -71,7 +68,7 @@ def clear_tool_results(ctx: StrategyContext) -> Outcome:
         if not layout.protection[i] and not excluded_tools & {names.get(c, "") for c in layout.result_ids[i]}
     ]
 
-    total = ctx.plan(budget=_UNBOUNDED, target=_UNBOUNDED).total
+    total = ctx.whole_total
     target = ctx.target()
     clearing = _Clearing(ctx)
     gained = 0
@@ -106,17 +103,20 @@ def clear_tool_results(ctx: StrategyContext) -> Outcome:
         return Outcome(plain, ctx.counts)
 
     counts = ctx.counts.replaced(clearing.tokens)
-    plan = ctx.plan(counts)
+    # Clearing may bring the prompt under the budget but not under the target: a needed shift
+    # still goes down to the target (hysteresis), the core alone would stop at the budget.
+    plan = ctx.plan(counts, needed=ctx.needs_shift)
     kept = set(plan.kept)
     rewrites = {
         i: Rewrite(clearing.messages[i], ctx.counts.tokens[i], clearing.tokens[i], clearing.how[i])
         for i in clearing.messages
         if i in kept
     }
-    cleared = sum(how == "TOOL_RESULT_CLEARED" for how in clearing.how.values())
-    note = Diagnostic(
-        f"strategy:{ctx.name}", "TOOL_RESULTS_CLEARED", f"cleared {cleared} tool results", gained
-    )
+    cleared = sum(r.how == "TOOL_RESULT_CLEARED" for r in rewrites.values())
+    detail = f"cleared {cleared} tool results"
+    if dropped := sum(how == "TOOL_RESULT_CLEARED" for how in clearing.how.values()) - cleared:
+        detail += f"; {dropped} more were cleared, then left out by the shift"
+    note = Diagnostic(f"strategy:{ctx.name}", "TOOL_RESULTS_CLEARED", detail, gained)
     return Outcome(plan, counts, rewrites=rewrites, diagnostics=[note])
 
 

@@ -17,9 +17,12 @@ from typing import Any
 
 from contextshift import engine
 from contextshift.diagnostics import CompactionUsage, Diagnostic
+from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import ShiftOptions
 
 Blocks = Sequence[Mapping[str, Any]] | str | bytes
+# A budget no prompt reaches: a plan against it removes only orphans and carried blocks.
+UNBOUNDED = 2**62
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,17 @@ class StrategyContext:
         return math.floor(self.options.target_ratio * budget)
 
     @functools.cached_property
+    def whole_total(self) -> int:
+        """The prompt's tokens with only the orphans and the carried blocks left out."""
+        return self.plan(budget=UNBOUNDED, target=UNBOUNDED).total
+
+    @functools.cached_property
+    def needs_shift(self) -> bool:
+        """Whether a shift is needed (the whole prompt is over the budget): then it goes down to
+        the target (`target_ratio`), whatever brought it under the budget on the way."""
+        return self.whole_total > self.budget
+
+    @functools.cached_property
     def layout(self) -> engine.Layout:
         return self.conversation.layout(self.unpinned, self.options.protect_current_input)
 
@@ -142,22 +156,41 @@ class StrategyContext:
         target: int | None = None,
         forced: Sequence[tuple[int, str]] = (),
         ranked: Sequence[tuple[int, str]] = (),
+        needed: bool = False,
     ) -> engine.Plan:
         """The core's plan (see `engine.Conversation.plan`) with this context's pins and options;
-        `budget` defaults to the context's, `target` to `target_ratio` of the budget. Raises
-        `TokenBudgetExceeded` when protected blocks alone exceed the budget."""
+        `budget` defaults to the context's, `target` to `target_ratio` of the budget. `needed`
+        (a shift was needed: `needs_shift`) makes the plan go down to the target even when the
+        rewritten counts or the forced groups already bring it under the budget (or as low as it
+        can when the target is out of reach). Raises `TokenBudgetExceeded` when protected blocks
+        alone exceed the budget."""
         budget = self.budget if budget is None else budget
-        return self.conversation.plan(
-            self.counts if counts is None else counts,
-            budget,
-            self.unpinned,
-            self.options.protect_current_input,
-            self.options.start_on_user,
-            # A reserve (a summary's room) may exceed the target: then the shift goes as low as it can.
-            target=max(0, self.target(budget) if target is None else target),
-            forced=[*self.carried, *forced],
-            ranked=ranked,
-        )
+        # A reserve (a summary's room) may exceed the target: then the shift goes as low as it can.
+        target = max(0, self.target(budget) if target is None else target)
+        counts = self.counts if counts is None else counts
+        forced = [*self.carried, *forced]
+
+        def core(limit: int, goal: int) -> engine.Plan:
+            return self.conversation.plan(
+                counts,
+                limit,
+                self.unpinned,
+                self.options.protect_current_input,
+                self.options.start_on_user,
+                target=goal,
+                forced=forced,
+                ranked=ranked,
+            )
+
+        if needed and target < budget:
+            # The core cuts to the target only while its total is over the budget; with the
+            # target as the budget it cuts there in the same order.
+            try:
+                return core(target, target)
+            except TokenBudgetExceeded as e:
+                if e.protected_tokens <= budget:  # out of reach: everything removable goes
+                    return core(e.protected_tokens, 0)
+        return core(budget, target)
 
     @functools.cached_property
     def _cut_messages(self) -> dict[int, Mapping[str, Any]]:

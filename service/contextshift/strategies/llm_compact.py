@@ -151,6 +151,8 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
         forced=[(i, "SUMMARIZED") for i in blocks],
         budget=ctx.budget - size,
         target=ctx.target() - size,
+        # Compaction may bring a needed shift under the budget, not under the target: go on there.
+        needed=ctx.needs_shift,
     )
     # Where the summarized history began: before the first block kept after its first block.
     before = next((k for k in plan.kept if k > blocks[0]), None)

@@ -46,9 +46,20 @@ def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, str]:
     return {i: "SUMMARIZED" for i in summarized if reasons[i] != "TOOL_GROUP"}
 
 
+def summary_room(ctx: StrategyContext, plan: engine.Plan) -> int:
+    """The tokens a summary may take beside `plan`: up to the target once a shift was needed,
+    so the shift ends there (hysteresis), unless that leaves less than MIN_SUMMARY_TOKENS (a
+    summary is worth the last tokens under the budget); else up to the budget."""
+    to_target = ctx.target() - plan.total
+    if ctx.needs_shift and to_target >= MIN_SUMMARY_TOKENS:
+        return to_target
+    return ctx.budget - plan.total
+
+
 def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] | None:
     """A plan leaving `reserve` tokens free (fewer when protected blocks need them, but at least
-    MIN_SUMMARY_TOKENS), with the room it leaves; None when there is no such room."""
+    MIN_SUMMARY_TOKENS), with the room it leaves (`summary_room`); None when there is no such
+    room."""
     reserve = min(reserve, ctx.budget)
     try:
         plan = ctx.plan(budget=ctx.budget - reserve, target=ctx.target() - reserve)
@@ -57,7 +68,7 @@ def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] 
         if room < MIN_SUMMARY_TOKENS:
             return None
         plan = ctx.plan(budget=ctx.budget - room, target=ctx.budget - room)
-    return plan, ctx.budget - plan.total
+    return plan, summary_room(ctx, plan)
 
 
 def divider(count: int) -> str:
