@@ -251,6 +251,86 @@ def test_an_interceptor_that_drops_a_message(register: Callable[..., None]) -> N
     assert [d.id for d, kept in result.ordered_decisions() if not kept] == ["a1"]
 
 
+def grow_system_prompt(messages: list[dict[str, Any]], context: InterceptorContext) -> list[dict[str, Any]]:
+    messages[0]["content"] += " policy" * 200  # a protected message, past any budget here
+    return messages
+
+
+def stamp_last(messages: list[dict[str, Any]], context: InterceptorContext) -> list[dict[str, Any]]:
+    messages[-1]["content"] += " (stamped)"
+    return messages
+
+
+def test_an_interceptor_that_grows_a_protected_message_past_the_budget_is_skipped(
+    register: Callable[..., None],
+) -> None:
+    budget = 60
+    before = contextshift.shift_context(CHAT, budget=budget)
+    register(grow_system_prompt, interceptor=True, name="grow")
+    register(stamp_last, interceptor=True, name="stamp")  # a later, good one still applies
+    result = contextshift.shift_context(CHAT, budget=budget)  # does not raise
+    assert [(d.source, d.event) for d in result.diagnostics] == [
+        ("interceptor:grow", "INTERCEPTOR_REJECTED"),
+        ("interceptor:stamp", "INTERCEPTED"),
+    ]
+    rejected = result.diagnostics[0]
+    assert rejected.detail.endswith(f"over the budget of {budget}; skipped")
+    assert rejected.tokens is not None and rejected.tokens > budget
+    assert result.messages[0] == CHAT[0]  # the system prompt as it was
+    assert result.messages[-1]["content"] == CHAT[-1]["content"] + " (stamped)"
+    assert [d.id for d in result.kept] == [d.id for d in before.kept]
+    assert result.prompt_tokens <= budget
+
+
+def test_an_interceptor_alone_over_the_budget_leaves_the_result_as_shifted(
+    register: Callable[..., None],
+) -> None:
+    before = contextshift.shift_context(CHAT, budget=60)
+    register(grow_system_prompt, interceptor=True, name="grow")
+    result = contextshift.shift_context(CHAT, budget=60)
+    assert events(result) == ["INTERCEPTOR_REJECTED"]
+    assert result.messages == before.messages and result.kept == before.kept
+    assert result.prompt_tokens == before.prompt_tokens
+
+
+def test_an_interceptor_whose_messages_cannot_be_read_is_skipped(register: Callable[..., None]) -> None:
+    register(lambda messages, context: [*messages, {"role": "robot", "content": "beep"}], interceptor=True)
+    result = contextshift.shift_context(CHAT, budget=10_000)
+    assert events(result) == ["INTERCEPTOR_INVALID"]
+    assert "role" in result.diagnostics[0].detail and "beep" not in result.diagnostics[0].detail
+    assert result.messages == CHAT
+
+
+def test_the_final_shift_after_interceptors_keeps_the_pins_the_cap_removed(
+    register: Callable[..., None],
+) -> None:
+    blocks = [
+        turn("sys", "system", "Be brief."),
+        turn("p0", "user", "old note " * 40, pinned=True, injected=True),
+        turn("u0", "user", "hello there"),
+        turn("a0", "assistant", "hi, how can I help"),
+        turn("p1", "user", "new note " * 40, pinned=True, injected=True),
+        turn("now", "user", "go on"),
+    ]
+    pins = contextshift.count_tokens([blocks[1], blocks[4]])
+    total = sum(contextshift.count_tokens(blocks))
+    budget = total + 20  # everything fits, but the two pins exceed half of it: p0 loses its pin
+    assert sum(pins) > 0.5 * budget >= pins[1]
+    before = contextshift.shift_context(blocks, budget=budget)
+    assert before.warnings == ["unpinned p0 by pinned_cap"] and reasons(before)["p0"] == "FITS"
+
+    def add_turn(messages: list[dict[str, Any]], context: InterceptorContext) -> list[dict[str, Any]]:
+        return [*messages[:-1], {"role": "assistant", "content": "extra " * 30}, messages[-1]]
+
+    register(add_turn, interceptor=True, name="add")
+    result = contextshift.shift_context(blocks, budget=budget)
+    # Over the budget now: the final shift takes the oldest unprotected block, p0 (unpinned).
+    assert events(result) == ["INTERCEPTED", "FINAL_SHIFT"]
+    assert [(d.id, d.reason) for d in result.excluded] == [("p0", "UNPINNED_BY_CAP")]
+    assert reasons(result)["p1"] == "PINNED" and reasons(result)["u0"] == "FITS"
+    assert result.prompt_tokens <= budget
+
+
 @pytest.mark.parametrize(
     ("interceptor", "event"),
     [

@@ -15,9 +15,11 @@ change). It sees a read-only view and never touches the engine's state. The host
 
 An interceptor is `fn(messages, context: InterceptorContext)` run after the shift on (copies of)
 the final provider messages, returning the messages to send instead, or None (no change). The
-host recounts what it returns and shifts again when it is over the budget, so an interceptor
-cannot push the prompt past the limit; one that raises, runs past the time limit, returns
-something else than a list of messages, or drops a protected message, is skipped.
+host recounts what it returns and shifts again when it is over the budget (the pins the pinned
+cap removed stay removed), so an interceptor cannot push the prompt past the limit; one that
+raises, runs past the time limit, returns something else than a list of messages or messages that
+cannot be read, drops a protected message, or grows the protected ones past the budget, is skipped
+(the messages before it stay).
 
 Register at run time with `register_strategy(name, fn)` / `register_interceptor(fn)` (each
 returns a cleanup that unregisters), or from an installed package's entry points in the groups
@@ -44,7 +46,7 @@ from typing import Any, TypeVar
 
 from contextshift import engine
 from contextshift.diagnostics import Diagnostic
-from contextshift.errors import TokenBudgetExceeded
+from contextshift.errors import InvalidBlocks, TokenBudgetExceeded
 from contextshift.options import OptionSpec
 from contextshift.strategies import registry
 from contextshift.strategies.context import Outcome, Rewrite, StrategyContext, Summary, excluded_for
@@ -347,14 +349,23 @@ class Intercepted:
     changed: bool
 
 
+# Called on each interceptor's changed messages (and their block ids) before they are taken;
+# raises TokenBudgetExceeded (its protected messages alone do not fit) or InvalidBlocks (they
+# cannot be read) to have the interceptor skipped.
+Acceptance = Callable[[list[Mapping[str, Any]], list[str]], None]
+
+
 def run_interceptors(
     messages: Sequence[Mapping[str, Any]],
     ids: Sequence[str],
     protected: Collection[str],
     context: InterceptorContext,
     timeout_ms: int,
+    accept: Acceptance | None = None,
 ) -> Intercepted:
-    """Runs every registered interceptor in turn on copies of `messages`, guarded."""
+    """Runs every registered interceptor in turn on copies of `messages`, guarded; a change
+    `accept` refuses is skipped like any other bad answer, so one interceptor cannot break the
+    shift."""
     current, current_ids = list(messages), list(ids)
     diagnostics: list[Diagnostic] = []
     changed = False
@@ -388,12 +399,28 @@ def run_interceptors(
             detail = f"dropped protected messages {_listed(dropped)}; skipped"
             diagnostics.append(Diagnostic(source, "INTERCEPTOR_REJECTED", detail))
             continue
-        if list(returned) != current or new_ids != current_ids:
+        candidate = list(returned)
+        if candidate != current or new_ids != current_ids:
+            if accept is not None:
+                try:
+                    accept(candidate, new_ids)
+                except TokenBudgetExceeded as e:
+                    detail = (
+                        f"its protected messages take {e.protected_tokens} tokens, over the budget of "
+                        f"{e.budget}; skipped"
+                    )
+                    diagnostics.append(Diagnostic(source, "INTERCEPTOR_REJECTED", detail, e.protected_tokens))
+                    continue
+                except InvalidBlocks as e:
+                    fields = ", ".join(v.field for v in e.violations)
+                    detail = f"returned messages that cannot be read ({fields}); skipped"
+                    diagnostics.append(Diagnostic(source, "INTERCEPTOR_INVALID", detail))
+                    continue
             changed = True
             diagnostics.append(
-                Diagnostic(source, "INTERCEPTED", f"{len(returned)} messages out of {len(current)}")
+                Diagnostic(source, "INTERCEPTED", f"{len(candidate)} messages out of {len(current)}")
             )
-        current, current_ids = list(returned), new_ids
+        current, current_ids = candidate, new_ids
     return Intercepted(current, current_ids, diagnostics, changed)
 
 

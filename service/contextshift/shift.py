@@ -400,26 +400,59 @@ def shift_context(
     return result
 
 
+# The warning each pin the pinned cap removed gives (docs/semantics.md §4, step 3).
+_UNPINNED = ("unpinned ", " by pinned_cap")
+
+
+@dataclass
+class _Replanned:
+    """The interceptors' latest accepted messages, parsed, counted and planned."""
+
+    conversation: engine.Conversation
+    plan: engine.Plan
+
+
 def _intercepted(result: ShiftResult, budget: int, opts: ShiftOptions) -> ShiftResult:
     """The result after the prompt interceptors: what they return is parsed, counted and shifted
-    again (truncate) so it fits; blocks they drop are PLUGIN_EXCLUDED."""
+    again (truncate) so it fits; blocks they drop are PLUGIN_EXCLUDED. An interceptor whose
+    messages cannot be read, or whose protected messages alone exceed the budget, is skipped (the
+    messages before it stay), so no interceptor can fail the shift."""
     kept = result.kept
     ids = [d.id for d in kept]
     context = plugins.InterceptorContext(
         tuple(ids), budget, result.prompt_tokens, result.profile, result.strategy
     )
     protected = {d.id for d in kept if d.reason in PROTECTED_REASONS}
-    run = plugins.run_interceptors(result.messages, ids, protected, context, opts.plugin_timeout_ms)
+    # Pins the pinned cap removed stay removed: a re-plan reading the messages' own pins would
+    # protect them again.
+    prefix, suffix = _UNPINNED
+    unpinned_ids = {
+        w[len(prefix) : -len(suffix)] for w in result.warnings if w.startswith(prefix) and w.endswith(suffix)
+    }
+    replanned: list[_Replanned] = []
+
+    def replan(messages: list[Mapping[str, Any]], message_ids: list[str]) -> None:
+        """Plans an interceptor's messages; raises (and so rejects them) when they cannot be
+        read or their protected messages alone exceed the budget."""
+        # Parsed with their block ids, so decisions keep naming the blocks the caller sent.
+        named = [{**m, "id": block_id} for m, block_id in zip(messages, message_ids, strict=True)]
+        conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
+        counts = conversation.count(result.profile)
+        unpinned = [k for k, block_id in enumerate(message_ids) if block_id in unpinned_ids]
+        plan = conversation.plan(counts, budget, unpinned, opts.protect_current_input, opts.start_on_user)
+        replanned[:] = [_Replanned(conversation, plan)]
+
+    run = plugins.run_interceptors(
+        result.messages, ids, protected, context, opts.plugin_timeout_ms, accept=replan
+    )
     if not run.changed:
         return (
             replace(result, diagnostics=result.diagnostics + run.diagnostics) if run.diagnostics else result
         )
 
-    # Parsed with their block ids, so decisions keep naming the blocks the caller sent.
-    named = [{**m, "id": block_id} for m, block_id in zip(run.messages, run.ids, strict=True)]
-    conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
-    counts = conversation.count(result.profile)
-    plan = conversation.plan(counts, budget, [], opts.protect_current_input, opts.start_on_user)
+    # The last change accepted is what the interceptors left.
+    [last] = replanned
+    conversation, plan = last.conversation, last.plan
     prompt_tokens = conversation.recount(result.profile, plan.kept)
     if prompt_tokens != plan.total or prompt_tokens > budget:
         raise InternalError(f"recount after interceptors gave {prompt_tokens}, the plan {plan.total}")
