@@ -375,6 +375,42 @@ def test_presets_set_their_options_and_given_options_win() -> None:
     assert truncate.tool_result_max_chars == 50_000 and truncate.strategy == {}
 
 
+@pytest.mark.parametrize(
+    ("preset", "strategy", "warning"),
+    [
+        (
+            "dag_planner",
+            "truncate",
+            "preset dag_planner: hint 'planner_input', compact_above_tokens 16000 not applied "
+            "(strategy truncate does not take them)",
+        ),
+        (
+            "react",
+            "summarize",
+            "preset react: hint 'react_iteration' not applied (strategy summarize does not take it)",
+        ),
+        (
+            "dag_step",
+            "clear-tool-results",
+            "preset dag_step: hint 'step_dependency' not applied (strategy clear-tool-results does not take it)",
+        ),
+    ],
+)
+def test_a_preset_that_cannot_apply_to_the_strategy_says_so(preset: str, strategy: str, warning: str) -> None:
+    blocks = long_chat(3)
+    result = contextshift.shift_context(blocks, budget=10_000, strategy=strategy, options={"preset": preset})
+    assert result.warnings == [warning]
+
+
+def test_a_preset_that_applies_whole_gives_no_warning(fake_llm: FakeLlm) -> None:
+    blocks = long_chat(3)
+    assert contextshift.shift_context(blocks, budget=10_000, options={"preset": "dag_replan"}).warnings == []
+    assert compact(blocks, fake_llm, budget=10_000, preset="dag_planner").warnings == []
+    # An option given beside the preset is the caller's, not the preset's: nothing to warn about.
+    given = compact(blocks, fake_llm, budget=10_000, preset="react", hint="general")
+    assert given.warnings == []
+
+
 def test_dag_planner_compacts_past_16000_tokens_with_the_planner_prompt(fake_llm: FakeLlm) -> None:
     blocks = long_chat(200)
     total = truncated(blocks, 1_000_000).prompt_tokens

@@ -176,6 +176,8 @@ class ShiftOptions:
     plugin_timeout_ms: int
     preset: str
     strategy: Mapping[str, Any]
+    # The preset's options the chosen strategy does not take (so not applied), with their values.
+    preset_unapplied: tuple[tuple[str, Any], ...]
 
     @classmethod
     def from_mapping(
@@ -191,6 +193,7 @@ class ShiftOptions:
         specs = {s.name: s for s in (*COMMON, *strategy_specs)}
         name = given.get("preset", "")
         preset = PRESETS.get(name, {}) if isinstance(name, str) else {}  # a bad one is reported below
+        unapplied = tuple((k, v) for k, v in preset.items() if k not in specs and k not in given)
         given = {**{k: v for k, v in preset.items() if k in specs}, **given}
         violations: list[tuple[str, str]] = []
         for key, value in given.items():
@@ -208,8 +211,17 @@ class ShiftOptions:
             else given.get(s.name, s.default)
             for s in strategy_specs
         }
-        return cls(**common, strategy=own)
+        return cls(**common, strategy=own, preset_unapplied=unapplied)
 
     def get(self, name: str) -> Any:
         """The chosen strategy's option `name` (given, or its default)."""
         return self.strategy[name]
+
+    def preset_warnings(self, strategy: str) -> list[str]:
+        """What the caller must hear about the preset under `strategy`: the options it sets that
+        this strategy does not take, so the preset does less than its name says."""
+        if not self.preset_unapplied:
+            return []
+        shown = ", ".join(f"{k} {v!r}" for k, v in self.preset_unapplied)
+        them = "them" if len(self.preset_unapplied) > 1 else "it"
+        return [f"preset {self.preset}: {shown} not applied (strategy {strategy} does not take {them})"]

@@ -1,7 +1,8 @@
 """Agent-loop presets: the option `preset` sets several options in one word, after FIM One's
 five layers of context defence for ReAct and DAG agents. Options given beside a preset win; a
 preset's options that the chosen strategy does not take (`hint`, `compact_above_tokens` outside
-`llm-compact`) are left out, its caps apply to every strategy.
+`llm-compact`) are left out, with a warning in the result saying so (under `truncate`,
+`dag_planner` does nothing at all); its caps apply to every strategy.
 
 - `react`: a ReAct loop's history; `hint` react_iteration, every block capped at 50,000 characters.
 - `dag_planner`: the enriched planner input is summarized with `hint` planner_input once the

@@ -24,11 +24,20 @@ class StrategyInfo:
     description: str
     # Its own options, beyond the common ones (contextshift.options.COMMON).
     options: tuple[OptionSpec, ...]
-    run: Callable[[StrategyContext], Outcome]
+    fn: Callable[[StrategyContext], Outcome]
     # Shipped with contextshift (ListStrategies says so).
     builtin: bool = False
     # Fast, deterministic, without I/O: a server may run its small shifts on its event loop.
     local: bool = False
+
+    def run(self, ctx: StrategyContext) -> Outcome:
+        """The strategy's outcome, with a warning first when the request's preset sets options
+        the strategy does not take (said here once, for every strategy, plugins' too)."""
+        outcome = self.fn(ctx)
+        preset = ctx.options.preset_warnings(self.name)
+        if preset:
+            outcome.warnings = [*preset, *outcome.warnings]
+        return outcome
 
 
 _lock = threading.Lock()
