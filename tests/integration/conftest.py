@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,7 +52,10 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.http_port}"
 
     def log_lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
+        text = self.log_path.read_text()
+        # Read while the workers write: a last line without its newline may be cut, so it waits.
+        complete = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in complete.splitlines() if line.startswith("{")]
 
     def wait_serving(self, workers: int, timeout: float = 30.0) -> None:
         """Until `workers` processes listen: a connection made before the others listen can only
@@ -62,6 +65,20 @@ class ServerProcess:
             if time.monotonic() > deadline:
                 raise AssertionError(f"fewer than {workers} worker processes serving after {timeout} s")
             time.sleep(0.05)
+
+    def until_every_worker_answers(self, call: Callable[[], object], method: str, bound: int = 200) -> int:
+        """Runs `call` (which opens a new connection) until every serving worker process has logged
+        an answer to `method`, at most `bound` times; returns how many calls it made. The kernel
+        picks a worker per connection by a hash of its addresses, so any fixed number of
+        connections may all reach one (200 all reaching one of two: about 2^-199). Call after
+        `wait_serving`."""
+        workers = {line["pid"] for line in self.log_lines() if line.get("msg") == "serving"}
+        for made in range(1, bound + 1):
+            call()
+            # A call's line is written before its answer is sent; were it later, one more call.
+            if {line["pid"] for line in self.log_lines() if line.get("method") == method} == workers:
+                return made
+        raise AssertionError(f"{bound} new connections did not reach all {len(workers)} workers")
 
     def terminate(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

@@ -395,9 +395,12 @@ def test_two_workers_share_the_http_port(tmp_path: Path) -> None:
     running = start_server(tmp_path, "--workers", "2")
     try:
         running.wait_serving(2)
-        for _ in range(24):  # a new connection each time: the kernel spreads them over the workers
+
+        def preview() -> None:  # on a new connection
             with httpx.Client(base_url=running.http_url, timeout=10) as client:
                 assert client.post("/api/v2/context-preview", json={"blocksJson": AS_JSON}).status_code == 200
+
+        running.until_every_worker_answers(preview, "POST /api/v2/context-preview")
     finally:
         assert running.terminate() == 0
     lines = running.log_lines()

@@ -186,7 +186,8 @@ def test_two_workers_add_up_and_nothing_says_what_was_sent(tmp_path: Path) -> No
     running = start_server(tmp_path, "--workers", "2")
     try:
         running.wait_serving(2)
-        for _ in range(12):  # a new connection each time: both workers answer some
+
+        def shifts() -> None:  # a gRPC and an HTTP shift, each on a new connection
             with grpc.insecure_channel(
                 running.address, options=[("grpc.use_local_subchannel_pool", 1)]
             ) as chan:
@@ -199,23 +200,27 @@ def test_two_workers_add_up_and_nothing_says_what_was_sent(tmp_path: Path) -> No
             with httpx.Client(base_url=running.http_url, timeout=10) as client:
                 body = {"blocksJson": TEXT, "profile": "o200k_base"}
                 assert client.post("/api/v2/context-shift", json=body).status_code == 200
+
+        made = running.until_every_worker_answers(shifts, SERVICE + "ShiftContext")
         answered = {
             line["pid"] for line in running.log_lines() if line.get("method") == SERVICE + "ShiftContext"
         }
-        assert len(answered) == 2, "the kernel sent every connection to one worker"
+        assert len(answered) == 2
         metrics_dir = Path(
             next(line for line in running.log_lines() if line["msg"] == "serving")["metrics_dir"]
         )
         assert metrics_dir.is_dir()
         for _ in range(6):  # whichever worker answers the scrape, it reports both
             samples = scrape(running)
-            shifts = "contextshift_requests_total"
-            assert value(samples, shifts, surface="grpc", method=SERVICE + "ShiftContext", status="OK") == 12
+            requests = "contextshift_requests_total"
             assert (
-                value(samples, shifts, surface="http", method="POST /api/v2/context-shift", status="200")
-                == 12
+                value(samples, requests, surface="grpc", method=SERVICE + "ShiftContext", status="OK") == made
             )
-            assert value(samples, "contextshift_shifts_total", strategy="truncate") == 24
+            assert (
+                value(samples, requests, surface="http", method="POST /api/v2/context-shift", status="200")
+                == made
+            )
+            assert value(samples, "contextshift_shifts_total", strategy="truncate") == 2 * made
             ratios = [key for key in samples if key[0] == "contextshift_count_cache_hit_ratio"]
             assert {int(dict(labels)["pid"]) for _, labels in ratios} == answered
         text = httpx.get(running.http_url + "/metrics").text
