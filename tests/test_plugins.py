@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import contextshift
-from contextshift import InterceptorContext, ShiftView, StrategyPlan
+from contextshift import InterceptorContext, ShiftView, StrategyPlan, plugins
 
 
 def turn(block_id: str, role: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -171,6 +171,77 @@ def test_a_plugin_past_its_time_limit_falls_back(register: Callable[..., None]) 
         release.set()
     assert events(result) == ["PLUGIN_TIMEOUT"]
     assert result.diagnostics[0].detail == "ran past plugin_timeout_ms (50 ms); fell back to truncate"
+
+
+def test_a_call_after_four_hung_ones_runs_within_its_own_time_limit(register: Callable[..., None]) -> None:
+    release = threading.Event()
+    lock = threading.Lock()
+    hung: list[int] = []
+    four_hung = threading.Event()
+    ran = threading.Event()
+
+    def plugin(view: ShiftView) -> list[str]:
+        with lock:
+            hanging = len(hung) < 4
+            if hanging:
+                hung.append(1)
+                if len(hung) == 4:
+                    four_hung.set()
+        if hanging:
+            release.wait(120)  # hangs until the test ends
+        else:
+            ran.set()
+        return []
+
+    register(plugin)
+    try:
+        for _ in range(4):
+            assert events(shift(options={"plugin_timeout_ms": 20})) == ["PLUGIN_TIMEOUT"]
+        assert four_hung.wait(10)  # four calls hold their threads
+        # A fifth call gets a thread of its own: it runs, well within its (long) limit.
+        result = shift(options={"plugin_timeout_ms": 60_000})
+        assert ran.is_set() and events(result) == []
+    finally:
+        release.set()
+    assert plugins._threads.wait_hung_at_most(0, 10)
+
+
+def test_plugin_threads_refuse_calls_while_too_many_hang() -> None:
+    threads = plugins.PluginThreads(standing=1, max_hung=2, name="test-plugin")
+    release = threading.Event()
+    for _ in range(2):
+        with pytest.raises(TimeoutError):
+            threads.run(release.wait, (120,), 10)
+    assert threads.hung == 2
+    ran = threading.Event()
+    with pytest.raises(plugins.PluginsSaturated, match="2 earlier plugin calls"):
+        threads.run(ran.set, (), 60_000)
+    assert not ran.is_set()  # refused, not run
+    release.set()
+    assert threads.wait_hung_at_most(0, 10)
+    assert threads.run(lambda: 42, (), 60_000) == 42
+    with pytest.raises(ZeroDivisionError):  # a plugin's error reaches its caller
+        threads.run(lambda: 1 / 0, (), 60_000)
+
+
+def test_a_saturated_host_falls_back_without_running_the_plugin(register: Callable[..., None]) -> None:
+    release = threading.Event()
+    ran = threading.Event()
+    register(lambda view: ran.set() or [])
+    assert plugins._threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
+    try:
+        for _ in range(plugins.MAX_HUNG_CALLS):
+            with pytest.raises(TimeoutError):
+                plugins.call_with_timeout(release.wait, (120,), 5)
+        result = shift(budget=40, options={"plugin_timeout_ms": 60_000})
+    finally:
+        release.set()
+    assert not ran.is_set()
+    assert events(result) == ["PLUGINS_SATURATED"]
+    detail = f"not run: {plugins.MAX_HUNG_CALLS} earlier plugin calls are still running past their time limit"
+    assert result.diagnostics[0].detail == f"{detail}; fell back to truncate"
+    assert reasons(result) == reasons(contextshift.shift_context(CHAT, budget=40))
+    assert plugins._threads.wait_hung_at_most(0, 10)
 
 
 def test_replacement_text_and_a_summary(register: Callable[..., None]) -> None:
