@@ -621,24 +621,30 @@ impl Reader<'_> {
     fn skip_plain(&mut self) {
         const ONES: u64 = 0x0101_0101_0101_0101;
         const HIGH: u64 = 0x8080_8080_8080_8080;
-        // Nonzero when some byte of `word` is below `n` (it may also flag a byte after that one).
+        // The high bit of each byte of `word` below `n`. Bytes above a flagged one may be flagged
+        // too (a borrow runs upwards), never one below it, so the lowest flag is exact: the
+        // first special byte is found from the word, with no byte-by-byte rescan.
         let below = |word: u64, n: u8| word.wrapping_sub(ONES * u64::from(n)) & !word & HIGH;
-        while let Some(chunk) = self.bytes.get(self.pos..self.pos + 8) {
+        // The position stays in a register, not written back at every step.
+        let mut pos = self.pos;
+        while let Some(chunk) = self.bytes.get(pos..pos + 8) {
             let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
             let special = below(word ^ (ONES * u64::from(b'"')), 1)
                 | below(word ^ (ONES * u64::from(b'\\')), 1)
                 | below(word, 0x20);
             if special != 0 {
-                break;
-            }
-            self.pos += 8;
-        }
-        while let Some(&byte) = self.bytes.get(self.pos) {
-            if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                self.pos = pos + (special.trailing_zeros() / 8) as usize;
                 return;
             }
-            self.pos += 1;
+            pos += 8;
         }
+        while let Some(&byte) = self.bytes.get(pos) {
+            if byte == b'"' || byte == b'\\' || byte < 0x20 {
+                break;
+            }
+            pos += 1;
+        }
+        self.pos = pos;
     }
 
     /// The character of an escape whose backslash was consumed; `\uXXXX` pairs surrogates.
@@ -852,6 +858,20 @@ mod tests {
         let doc = read_blocks(r#"["plain", "esc \" \u00e9 \ud83d\udeb2", {"k\n": "v"}]"#).unwrap();
         let borrowed = doc.tape.entries.iter().filter(|e| e.kind == Kind::Str && e.b != OWNED).count();
         assert_eq!((borrowed, doc.tape.owned.as_slice()), (2, &["esc \" é 🚲".to_owned(), "k\n".to_owned()][..]));
+    }
+
+    #[test]
+    fn special_bytes_at_every_offset_of_a_word() {
+        // The plain-run scan finds a quote, a backslash or a control character from the word it
+        // lies in: at each offset, after plain ASCII and after multi-byte characters.
+        for run in ["a", "é", "日", "🙂"] {
+            for k in 0..20 {
+                let plain = run.repeat(k);
+                for special in ["\\\"", "\\\\", "\\u00e9", "\n", "\u{1f}", "\u{0}"] {
+                    check_against_serde_json(&format!("[\"{plain}{special}{plain}\", \"{plain}\"]"));
+                }
+            }
+        }
     }
 
     #[test]
