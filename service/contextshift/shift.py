@@ -396,12 +396,9 @@ def shift_context(
         ),
     )
     if plugins.interceptors():
-        return _intercepted(result, blocks_budget, opts)
+        unpinned_ids = frozenset(conversation.block_id(i) for i in unpinned)
+        return _intercepted(result, blocks_budget, opts, unpinned_ids)
     return result
-
-
-# The warning each pin the pinned cap removed gives (docs/semantics.md §4, step 3).
-_UNPINNED = ("unpinned ", " by pinned_cap")
 
 
 @dataclass
@@ -412,7 +409,9 @@ class _Replanned:
     plan: engine.Plan
 
 
-def _intercepted(result: ShiftResult, budget: int, opts: ShiftOptions) -> ShiftResult:
+def _intercepted(
+    result: ShiftResult, budget: int, opts: ShiftOptions, unpinned_ids: frozenset[str]
+) -> ShiftResult:
     """The result after the prompt interceptors: what they return is parsed, counted and shifted
     again (truncate) so it fits; blocks they drop are PLUGIN_EXCLUDED. An interceptor whose
     messages cannot be read, or whose protected messages alone exceed the budget, is skipped (the
@@ -423,12 +422,6 @@ def _intercepted(result: ShiftResult, budget: int, opts: ShiftOptions) -> ShiftR
         tuple(ids), budget, result.prompt_tokens, result.profile, result.strategy
     )
     protected = {d.id for d in kept if d.reason in PROTECTED_REASONS}
-    # Pins the pinned cap removed stay removed: a re-plan reading the messages' own pins would
-    # protect them again.
-    prefix, suffix = _UNPINNED
-    unpinned_ids = {
-        w[len(prefix) : -len(suffix)] for w in result.warnings if w.startswith(prefix) and w.endswith(suffix)
-    }
     replanned: list[_Replanned] = []
 
     def replan(messages: list[Mapping[str, Any]], message_ids: list[str]) -> None:
@@ -438,6 +431,8 @@ def _intercepted(result: ShiftResult, budget: int, opts: ShiftOptions) -> ShiftR
         named = [{**m, "id": block_id} for m, block_id in zip(messages, message_ids, strict=True)]
         conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
         counts = conversation.count(result.profile)
+        # Pins the pinned cap removed (`unpinned_ids`) stay removed: a re-plan reading the
+        # messages' own pins would protect them again.
         unpinned = [k for k, block_id in enumerate(message_ids) if block_id in unpinned_ids]
         plan = conversation.plan(counts, budget, unpinned, opts.protect_current_input, opts.start_on_user)
         replanned[:] = [_Replanned(conversation, plan)]
