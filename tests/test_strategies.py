@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -120,6 +121,44 @@ def test_summarize_counts_and_keeps_facts_older_than_the_scored_window() -> None
     # Counted although only the latest MAX_INPUT_CHARS are scored, and carried (a facts line).
     assert (summary.facts_kept, summary.facts_total) == (2, 2)
     assert all(f in summary.text for f in every)
+
+
+def test_fact_extraction_skips_only_text_without_facts(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trigger prefilter must never hide a fact: every sample and every sentence of the
+    # shipped fact corpus gives what the full scan (every text scanned) gives.
+    corpus = json.loads(
+        (Path(__file__).resolve().parent.parent / "benchmarks/data/fact_chats.json").read_text()
+    )
+    texts = [b["content"] for chat in corpus for b in chat["blocks"] if isinstance(b.get("content"), str)]
+    samples = [
+        "See fooBar and os.path.join() in app.py, C:\\Temp\\x, ~/notes, $5, 12:30, OPS-12, #42.",
+        "Released v1.2.3 on May 1, 2024 to a@b.io at https://x.org; 3 days, 25%, 1,000.",
+        "deadbeef1 and MAX_SIZE and snake_case and `code` and 2024年",
+        # One trigger each: a camelCase word, a file name, a dotted call, CONSTANT_CASE, a path.
+        "then fooBar ran",
+        "open notes.md first",
+        "call os.getcwd() there",
+        "set MAX_SIZE high",
+        "see ~/notes now",
+        "Plain prose: no facts at all here. None! Really?",
+    ]
+    sentences = samples + [s for t in texts for s in extractive.sentences(t)]
+    filtered = [facts.extract(s) for s in sentences]
+    monkeypatch.setattr(facts, "_TRIGGERS", (re.compile(""),))  # matches anywhere: scan all
+    assert filtered == [facts.extract(s) for s in sentences]
+    assert sum(map(bool, filtered)) > len(samples) and filtered[len(samples) - 1] == []
+
+
+def test_summarize_reads_facts_from_the_most_recent_window_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A history past the facts window: its oldest facts are not read, and the result says so.
+    monkeypatch.setattr(extractive, "MAX_FACTS_CHARS", extractive.MAX_INPUT_CHARS)
+    blocks = early_fact_chat()
+    result = contextshift.shift_context(blocks, budget=800, strategy="summarize")
+    assert result.summary is not None and result.summary.facts_total == 0
+    [warning] = [w for w in result.warnings if w.startswith("summary: facts read from")]
+    assert f"most recent {extractive.MAX_INPUT_CHARS} characters" in warning
 
 
 def test_summaries_keep_code_spans_and_fenced_code_byte_for_byte() -> None:

@@ -161,7 +161,14 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
     )
     detail = f"{len(blocks)} blocks summarized by {endpoint.model} (hint {hint})"
     note = Diagnostic(source, "LLM_COMPACTED", detail, size)
-    return Outcome(plan, ctx.counts, summary=summary, diagnostics=[note], compaction_usage=made.usage)
+    return Outcome(
+        plan,
+        ctx.counts,
+        summary=summary,
+        diagnostics=[note],
+        compaction_usage=made.usage,
+        warnings=extractive.unread_warning(made.unread_chars),
+    )
 
 
 INFO = StrategyInfo(

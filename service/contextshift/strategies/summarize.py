@@ -114,7 +114,13 @@ def summarize(ctx: StrategyContext) -> Outcome:
         made.facts_total,
         divider(len(summarized)),
     )
-    return Outcome(plan, ctx.counts, relabel=relabelled(plan, summarized), summary=summary)
+    return Outcome(
+        plan,
+        ctx.counts,
+        relabel=relabelled(plan, summarized),
+        summary=summary,
+        warnings=extractive.unread_warning(made.unread_chars),
+    )
 
 
 INFO = StrategyInfo(

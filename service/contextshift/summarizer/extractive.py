@@ -4,9 +4,11 @@
    at line ends; a fenced code block and an inline code span stay in one unit. A sentence is
    put on one line (each run of whitespace one space), except inside fenced code blocks and
    code spans, which are kept byte for byte (their lines and spacing are the code).
-2. Facts (contextshift.summarizer.facts) are read from every sentence of every turn, so
-   `facts_total` counts all of them, however long the history; a fact outside code is read
-   from its sentence's one-line text (a date split by two spaces keeps one).
+2. Facts (contextshift.summarizer.facts) are read from every sentence of the most recent
+   MAX_FACTS_CHARS (all of a history up to about a million characters), so `facts_total`
+   counts all of them; a longer history's older part is not read, and the summary says so
+   (`SummaryText.unread_chars`). A fact outside code is read from its sentence's one-line text
+   (a date split by two spaces keeps one).
 3. Score each sentence of the most recent MAX_INPUT_CHARS: its TF-IDF centrality (mean cosine
    similarity to the other sentences: what the conversation keeps coming back to) plus its
    cosine similarity to the current user input (what the next answer needs) plus a share for
@@ -32,8 +34,11 @@ from contextshift.summarizer import facts as fact_spans
 HEADER = "[Conversation summary]"
 FACTS_LABEL = "Facts: "
 # The sentences scored: those of the most recent part of what is summarized, so a shift of a
-# very long history stays fast (facts are read from all of it: extraction is linear).
+# very long history stays fast.
 MAX_INPUT_CHARS = 256 * 1024
+# The text facts are read from, most recent first: fact-dense text (logs, tool output) reads at
+# about 1 MB/s, so this bounds a shift's summary at about a second however long its history.
+MAX_FACTS_CHARS = 1024 * 1024
 # Sentences looked at for selection, best first: each try recounts the summary.
 MAX_CANDIDATES = 400
 # Weights of the three parts of a sentence's score.
@@ -58,6 +63,18 @@ class SummaryText:
     text: str
     facts_kept: int
     facts_total: int
+    # Characters of the oldest summarized text whose facts were not read (past MAX_FACTS_CHARS).
+    unread_chars: int = 0
+
+
+def unread_warning(unread_chars: int) -> list[str]:
+    """The result's warning when a summary's facts were not read from all summarized text."""
+    if not unread_chars:
+        return []
+    return [
+        f"summary: facts read from the most recent {MAX_FACTS_CHARS} characters of the history "
+        f"summarized; the {unread_chars} before them were not read (facts_total counts the read part)"
+    ]
 
 
 @dataclass(frozen=True)
@@ -161,10 +178,9 @@ def _render(chosen: Sequence[_Sentence], facts_line: Sequence[str]) -> str:
     return with_facts("\n".join([HEADER, *(f"{s.role}: {s.text}" for s in chosen)]), facts_line)
 
 
-def recent(turns: Sequence[Turn]) -> list[Turn]:
-    """The most recent turns within MAX_INPUT_CHARS (the last one cut at its start if need be)."""
+def recent(turns: Sequence[Turn], room: int = MAX_INPUT_CHARS) -> list[Turn]:
+    """The most recent turns within `room` characters (the last one cut at its start if need be)."""
     kept: list[Turn] = []
-    room = MAX_INPUT_CHARS
     for turn in reversed(turns):
         if room <= 0:
             break
@@ -198,8 +214,10 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
     allows (it is asked about whole summary texts); None when not even the header fits."""
     if not fits(HEADER):
         return None
-    items = _sentences_of(turns)
-    # The facts of all the text, not only of the scored window: facts_total must be honest.
+    read = recent(turns, MAX_FACTS_CHARS)
+    unread = sum(len(t.text) for t in turns) - sum(len(t.text) for t in read)
+    items = _sentences_of(read)
+    # The facts of all the text read, not only of the scored window: facts_total must be honest.
     all_facts = fact_spans.distinct(f for s in items for f in s.facts)
 
     def missing(chosen: Sequence[_Sentence]) -> list[str]:
@@ -209,7 +227,7 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
     # The facts line alone first: when it cannot fit whole, the most recent facts that fit.
     if not fits(_render([], all_facts)):
         line = fact_spans.recent_that_fit(all_facts, lambda facts: fits(_render([], facts)))
-        return SummaryText(_render([], line), len(line), len(all_facts))
+        return SummaryText(_render([], line), len(line), len(all_facts), unread)
 
     window = _scored_window(items)
     scores = dict(zip((s.position for s in window), _scores(window, query), strict=True))
@@ -221,4 +239,4 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
             chosen = trial
     text = _render(chosen, missing(chosen))
     kept = sum(fact_spans.value(f) in text for f in all_facts)
-    return SummaryText(text, kept, len(all_facts))
+    return SummaryText(text, kept, len(all_facts), unread)

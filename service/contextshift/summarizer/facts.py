@@ -4,7 +4,11 @@ versions), code spans and multi-digit numbers. A single bare digit is not a fact
 it would crowd the facts line with noise.
 
 `extract` scans once with every pattern, keeps the longest match at each place (a URL is not
-also a path and a number), and returns the facts in order of appearance.
+also a path and a number), and returns the facts in order of appearance. Text with none of the
+characters every fact holds (a digit, `/`, `\\`, `@`, a backtick, `_`, `#`, a currency sign, a
+`.` before a letter, a lower-case letter before an upper-case one) has no fact and is not
+scanned: that skips most prose, and the scan reads only about 1 MB/s. The one fact that can lack
+them all, a UUID of letters only, has odds of about 1 in 10^13.
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ _PATTERNS = [
     r"(?<![A-Za-z0-9_.])-?\d+(?:[.,]\d+)+(?![A-Za-z0-9_]|\.\d)|(?<![A-Za-z0-9_.])-?\d{2,}(?![A-Za-z0-9_]|\.\d)",
 ]
 _SCAN = re.compile("|".join(f"(?:{p})" for p in _PATTERNS))
+# Three searches the regex engine runs fast (a character set, a literal first byte), rather than
+# one alternation, whose lower-case first letters would match almost everywhere.
+_TRIGGERS = (re.compile(r"[0-9/\\@`_#$€£¥₹]"), re.compile(r"\.[A-Za-z_]"), re.compile(r"[a-z][A-Z]"))
 _COMPILED = [re.compile(p) for p in _PATTERNS]
 _TRAILING = ".,;:!?'\")]}"
 
@@ -72,6 +79,8 @@ def _spans(text: str) -> Iterable[tuple[int, int]]:
 
 def extract(text: str) -> list[str]:
     """The facts of `text`, in order of appearance (repeats included)."""
+    if not any(trigger.search(text) for trigger in _TRIGGERS):
+        return []
     found = []
     for start, end in _spans(text):
         fact = text[start:end]

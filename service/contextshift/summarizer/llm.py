@@ -338,6 +338,8 @@ class LlmSummary:
     facts_kept: int
     facts_total: int
     usage: CompactionUsage | None
+    # As `extractive.SummaryText.unread_chars`: history too old for its facts to be read.
+    unread_chars: int = 0
 
 
 def summarize(
@@ -358,15 +360,18 @@ def summarize(
     size = tokens(text)
     if size > limit:
         raise CompactionFailed(f"the answer takes {size} tokens, over the limit of {limit}", usage)
-    # Every turn's facts, not only those of the transcript sent: facts_total must be honest.
-    found = fact_spans.distinct(f for t in turns for f in fact_spans.extract(t.text))
+    # Every turn's facts (within the facts window), not only those of the transcript sent:
+    # facts_total must be honest.
+    read = extractive.recent(turns, extractive.MAX_FACTS_CHARS)
+    unread = sum(len(t.text) for t in turns) - sum(len(t.text) for t in read)
+    found = fact_spans.distinct(f for t in read for f in fact_spans.extract(t.text))
     missing = [f for f in found if fact_spans.value(f) not in answer]
     kept = fact_spans.recent_that_fit(
         missing, lambda facts: tokens(extractive.with_facts(text, facts)) <= limit
     )
     text = extractive.with_facts(text, kept)
     facts_kept = sum(fact_spans.value(f) in text for f in found)
-    return LlmSummary(text, facts_kept, len(found), usage)
+    return LlmSummary(text, facts_kept, len(found), usage, unread)
 
 
 # --- the server's endpoint --------------------------------------------------------------------
