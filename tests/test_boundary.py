@@ -270,3 +270,23 @@ def test_repeated_key_in_json_text_is_refused_at_its_place() -> None:
     with pytest.raises(contextshift.InvalidBlocks) as err:
         contextshift.shift_context(text, budget=100)
     assert fields(err.value) == ["blocks[1].content[0].text", "blocks[1].role"]
+
+
+LAYOUT_FIELDS = ("ids", "roles", "kinds", "groups", "protection", "group_protected", "orphan")
+LAYOUT_FIELDS += ("manual_excluded", "relevance", "calls", "result_ids")
+
+
+def test_per_block_sequences_are_made_once_and_read_only() -> None:
+    # Strategies index the layout, the counts and the plan in loops: a new list per read made
+    # those loops quadratic (a 100k-block summarize took minutes). Each read is the same tuple.
+    blocks = [{"role": "user", "content": f"turn {n}"} for n in range(4)]
+    conversation = engine.Conversation(blocks, 50_000)
+    layout = conversation.layout([], True)
+    counts = conversation.count("heuristic")
+    plan = conversation.plan(counts, 10_000, [], True, True)
+    sequences = [(layout, name) for name in LAYOUT_FIELDS]
+    sequences += [(counts, "tokens"), (plan, "kept"), (plan, "excluded")]
+    for owner, name in sequences:
+        first = getattr(owner, name)
+        assert isinstance(first, tuple) and getattr(owner, name) is first, name
+    assert layout.ids == ("#0", "#1", "#2", "#3") and plan.kept == (0, 1, 2, 3)

@@ -23,7 +23,7 @@ use contextshift_core::{
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyList, PyString};
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -152,18 +152,41 @@ impl JsonSource {
     }
 }
 
+/// A vector's Python tuple, made on its first read and the same tuple after. Strategies index
+/// these in loops: a new list per read made those loops quadratic (a 100k-block `summarize`
+/// took minutes, `clear-tool-results` 39 s).
+struct LazyTuple(PyOnceLock<Py<PyTuple>>);
+
+impl LazyTuple {
+    fn new() -> Self {
+        LazyTuple(PyOnceLock::new())
+    }
+
+    fn get<'py, T: IntoPyObject<'py> + Clone>(&self, py: Python<'py>, items: &[T]) -> PyResult<Py<PyTuple>> {
+        let made = self.0.get_or_try_init(py, || PyTuple::new(py, items.iter().cloned()).map(Bound::unbind))?;
+        Ok(made.clone_ref(py))
+    }
+}
+
 /// Block token counts of one conversation under one profile.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Counts {
     profile: Arc<Profile>,
     tokens: Vec<u64>,
+    tokens_tuple: LazyTuple,
+}
+
+impl Counts {
+    fn new(profile: Arc<Profile>, tokens: Vec<u64>) -> Self {
+        Counts { profile, tokens, tokens_tuple: LazyTuple::new() }
+    }
 }
 
 #[pymethods]
 impl Counts {
     #[getter]
-    fn tokens(&self) -> Vec<u64> {
-        self.tokens.clone()
+    fn tokens(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tokens_tuple.get(py, &self.tokens)
     }
 
     #[getter]
@@ -178,14 +201,21 @@ impl Counts {
         for (i, t) in overrides {
             *tokens.get_mut(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))? = t;
         }
-        Ok(Counts { profile: self.profile.clone(), tokens })
+        Ok(Counts::new(self.profile.clone(), tokens))
     }
 }
 
 /// How a conversation is laid out for a strategy: each block's id, role, kind, tool-call group,
-/// protection and tool linkage, by index.
-#[pyclass(frozen, get_all, module = "contextshift._core")]
+/// protection and tool linkage, by index; each field a `LazyTuple` in Python.
+#[pyclass(frozen, module = "contextshift._core")]
 struct Layout {
+    fields: LayoutFields,
+    tuples: [LazyTuple; LAYOUT_FIELDS],
+}
+
+const LAYOUT_FIELDS: usize = 11;
+
+struct LayoutFields {
     ids: Vec<String>,
     roles: Vec<&'static str>,
     kinds: Vec<&'static str>,
@@ -203,6 +233,70 @@ struct Layout {
     calls: Vec<Vec<(String, String)>>,
     /// The ids of the calls a block answers.
     result_ids: Vec<Vec<String>>,
+}
+
+impl Layout {
+    fn new(fields: LayoutFields) -> Self {
+        Layout { fields, tuples: std::array::from_fn(|_| LazyTuple::new()) }
+    }
+
+    /// Field number `slot` as a Python tuple of `items`.
+    fn tuple<'py, T: IntoPyObject<'py> + Clone>(
+        &self,
+        py: Python<'py>,
+        slot: usize,
+        items: &[T],
+    ) -> PyResult<Py<PyTuple>> {
+        self.tuples[slot].get(py, items)
+    }
+}
+
+#[pymethods]
+impl Layout {
+    #[getter]
+    fn ids(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 0, &self.fields.ids)
+    }
+    #[getter]
+    fn roles(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 1, &self.fields.roles)
+    }
+    #[getter]
+    fn kinds(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 2, &self.fields.kinds)
+    }
+    #[getter]
+    fn groups(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 3, &self.fields.groups)
+    }
+    #[getter]
+    fn protection(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 4, &self.fields.protection)
+    }
+    #[getter]
+    fn group_protected(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 5, &self.fields.group_protected)
+    }
+    #[getter]
+    fn orphan(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 6, &self.fields.orphan)
+    }
+    #[getter]
+    fn manual_excluded(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 7, &self.fields.manual_excluded)
+    }
+    #[getter]
+    fn relevance(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 8, &self.fields.relevance)
+    }
+    #[getter]
+    fn calls(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 9, &self.fields.calls)
+    }
+    #[getter]
+    fn result_ids(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tuple(py, 10, &self.fields.result_ids)
+    }
 }
 
 /// One entry of `messages_json`: a kept block by index, or a message's JSON text to put there.
@@ -267,15 +361,15 @@ impl BlockDecision {
 #[pyclass(frozen, module = "contextshift._core")]
 struct Plan {
     conversation: Py<Conversation>,
-    #[pyo3(get)]
     kept: Vec<usize>,
-    #[pyo3(get)]
     excluded: Vec<usize>,
     #[pyo3(get)]
     total: u64,
     /// Per block.
     tokens: Vec<u64>,
     reasons: Vec<Reason>,
+    kept_tuple: LazyTuple,
+    excluded_tuple: LazyTuple,
     kept_decisions: PyOnceLock<Py<PyList>>,
     excluded_decisions: PyOnceLock<Py<PyList>>,
 }
@@ -300,6 +394,18 @@ impl Plan {
 
 #[pymethods]
 impl Plan {
+    /// Indices of the kept blocks, in order.
+    #[getter]
+    fn kept(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.kept_tuple.get(py, &self.kept)
+    }
+
+    /// Indices of the excluded blocks, in order.
+    #[getter]
+    fn excluded(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.excluded_tuple.get(py, &self.excluded)
+    }
+
     #[getter]
     fn kept_decisions(&self, py: Python<'_>) -> PyResult<Py<PyList>> {
         let list = self.kept_decisions.get_or_try_init(py, || self.decisions(py, &self.kept))?;
@@ -531,7 +637,7 @@ impl Conversation {
             let profile = profile_named(py, profile)?;
             let Some(known) = known else {
                 let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
-                return Ok(Counts { profile, tokens });
+                return Ok(Counts::new(profile, tokens));
             };
             if known.len() > self.blocks.len() {
                 return Err(PyValueError::new_err(format!(
@@ -551,7 +657,7 @@ impl Conversation {
             for (&i, count) in missing.iter().zip(counted) {
                 tokens[i] = Some(count);
             }
-            Ok(Counts { profile, tokens: tokens.into_iter().map(|t| t.unwrap_or_default()).collect() })
+            Ok(Counts::new(profile, tokens.into_iter().map(|t| t.unwrap_or_default()).collect()))
         })
     }
 
@@ -623,6 +729,8 @@ impl Conversation {
                 total: plan.total,
                 tokens: counts.tokens.clone(),
                 reasons: plan.reasons,
+                kept_tuple: LazyTuple::new(),
+                excluded_tuple: LazyTuple::new(),
                 kept_decisions: PyOnceLock::new(),
                 excluded_decisions: PyOnceLock::new(),
             })
@@ -649,7 +757,7 @@ impl Conversation {
                     group_protected[self.groups.group_of[i]] |= *p != Protection::None;
                 }
                 let blocks = &self.blocks;
-                Layout {
+                Layout::new(LayoutFields {
                     ids: blocks.iter().map(|b| b.id.clone()).collect(),
                     roles: blocks.iter().map(|b| b.role.as_str()).collect(),
                     kinds: blocks.iter().map(|b| b.kind.as_str()).collect(),
@@ -672,7 +780,7 @@ impl Conversation {
                         .map(|b| b.calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect())
                         .collect(),
                     result_ids: blocks.iter().map(|b| b.result_ids.clone()).collect(),
-                }
+                })
             }))
         })
     }
