@@ -4,8 +4,9 @@ Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs 
 bpe-openai, splintr-rs), every profile's throughput (contextshift.profile_bench), the blocks_json readers
 (benchmarks/rust, json-readers: contextshift's reader vs serde_json, sonic-rs, simd-json), the facts
 kept by `summarize` (benchmarks/facts.py), the prompt prefix changes by `target_ratio` vs LangChain
-(benchmarks/hysteresis.py), the end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs
-echo-bytes and echo at 48 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
+(benchmarks/hysteresis.py), every local strategy beside truncate (benchmarks/strategies.py), the
+end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo-bytes and echo at 48
+and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
 with and without its audit, SQLite and PostgreSQL) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
@@ -38,7 +39,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 
 import contextshift  # noqa: E402
-from benchmarks import audit_bench, counting, facts, grpc_bench, hysteresis, memory_bench, plots  # noqa: E402
+from benchmarks import (  # noqa: E402
+    audit_bench,
+    counting,
+    facts,
+    grpc_bench,
+    hysteresis,
+    memory_bench,
+    plots,
+    strategies,
+)
 from benchmarks.conversation import generate  # noqa: E402
 from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
 from contextshift import profile_bench  # noqa: E402
@@ -211,6 +221,10 @@ def main() -> int:
     facts_status = facts.main(args.quick)
     print()
     hysteresis.main(args.quick)  # prompt prefix changes by target_ratio (benchmarks/hysteresis.py)
+    print()
+    # Every local strategy beside truncate (benchmarks/strategies.py); timings are reported, not
+    # failed on, as with the other timing targets: this machine's load moves them.
+    strategies.main(args.quick)
     print()
     grpc_bench.main(args.quick)
     print()
