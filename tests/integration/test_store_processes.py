@@ -97,6 +97,20 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return store_url(request.param, tmp_path, request)
 
 
+def finish_reported(
+    channel: grpc.Channel, chat_id: str, shifted: pb.ShiftContextResponse
+) -> pb.FinishGenerationResponse:
+    """Finishes a shift's generation COMPLETED, with the provider reporting twice its tokens."""
+    request = pb.FinishGenerationRequest(
+        chat_id=chat_id,
+        generation_id=shifted.generation_id,
+        status=pb.GENERATION_STATUS_COMPLETED,
+        reported_prompt_tokens=2 * shifted.plan.prompt_tokens,
+    )
+    response: pb.FinishGenerationResponse = stub(channel).FinishGeneration(request, timeout=10)
+    return response
+
+
 def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
     # No read cache: every read sees the other replica's last write.
     with (
@@ -111,15 +125,7 @@ def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
         audit = stub(to_b).GetContextAudit(pb.GetContextAuditRequest(chat_id=chat_id), timeout=10).audit
         assert audit.generation_id == shifted.generation_id and audit.status == pb.GENERATION_STATUS_PENDING
         # Reported through the other replica: the audit moves, and the calibration reaches both.
-        finished = stub(to_b).FinishGeneration(
-            pb.FinishGenerationRequest(
-                chat_id=chat_id,
-                generation_id=shifted.generation_id,
-                status=pb.GENERATION_STATUS_COMPLETED,
-                reported_prompt_tokens=2 * shifted.plan.prompt_tokens,
-            ),
-            timeout=10,
-        )
+        finished = finish_reported(to_b, chat_id, shifted)
         assert finished.calibration_recorded and finished.calibration.factor == pytest.approx(1.2)
         again = stub(to_a).PreviewContext(
             pb.PreviewContextRequest(blocks_json=conversation("r2"), model=model), timeout=10
@@ -213,15 +219,7 @@ def test_two_workers_of_one_server_answer_for_each_others_shifts(tmp_path: Path)
                     assert pending.status == pb.GENERATION_STATUS_PENDING
                     continue
                 assert pending.status == pb.GENERATION_STATUS_PENDING  # the other worker reads it
-                finished = stub(channel).FinishGeneration(
-                    pb.FinishGenerationRequest(
-                        chat_id=chat_id,
-                        generation_id=shifted.generation_id,
-                        status=pb.GENERATION_STATUS_COMPLETED,
-                        reported_prompt_tokens=2 * shifted.plan.prompt_tokens,
-                    ),
-                    timeout=10,
-                )
+                finished = finish_reported(channel, chat_id, shifted)
                 assert served.last("FinishGeneration") == other
                 break
         assert finished is not None, "no connection reached the other worker in 50 tries"
