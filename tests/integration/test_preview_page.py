@@ -106,6 +106,38 @@ def test_the_shipped_example_shows_every_block_with_its_decision(page: Page) -> 
     page.screenshot(path=str(ARTIFACTS / "preview-page.png"), full_page=True)
 
 
+def test_the_page_works_under_its_own_content_security_policy(
+    browser: Browser, server: ServerProcess
+) -> None:
+    # The other tests bypass the policy (Playwright's waits evaluate code, which it forbids); here
+    # it is enforced, with only waits that run no code in the page, and nothing may break it.
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    opened = context.new_page()
+    console: list[str] = []
+    opened.on("console", lambda message: console.append(message.text))
+    try:
+        opened.goto(server.http_url + "/")
+        opened.wait_for_selector("#profile option[value='o200k_base']", state="attached")
+        opened.set_input_files("#file", str(EXAMPLE))
+        opened.fill("#context-limit", "300")
+        opened.fill("#response-reserve", "0")
+        opened.click("#preview")
+        opened.wait_for_selector("#blocks tbody tr")
+        assert opened.locator("#blocks tbody tr").count() == len(
+            json.loads(EXAMPLE.read_text(encoding="utf-8"))
+        )
+        # The bar in proportion: 224 prompt tokens and 76 left of a 300-token window, none reserved.
+        styles = [
+            opened.get_attribute(f"#budget-bar .{part}", "style") or ""
+            for part in ("prompt", "free", "reserve")
+        ]
+        widths = [float(style.removeprefix("width: ").removesuffix("%;")) for style in styles]
+        assert widths == pytest.approx([100 * 224 / 300, 100 * 76 / 300, 0], abs=1e-3), styles
+    finally:
+        context.close()
+    assert not [line for line in console if "Content Security Policy" in line], console
+
+
 def test_a_pasted_anthropic_body_with_a_cut_block_and_an_exact_profile(page: Page) -> None:
     body = {
         "system": "Be brief.",  # a top-level system string: the first block
