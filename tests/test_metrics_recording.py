@@ -5,6 +5,7 @@ are in tests/integration/test_metrics.py."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_strategies import long_chat
 
 import contextshift
+from contextshift import plugins as plugin_host
 from contextshift.api import metrics
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -84,6 +86,37 @@ def test_fallbacks_are_counted_from_the_diagnostics_of_real_shifts(
     # Nothing the conversation or the plugin's error said is in a label.
     text = metrics.render().decode()
     assert "INV-1003" not in text and "Question" not in text
+
+
+def test_a_saturated_plugin_strategy_is_a_fallback_and_a_saturated_interceptor_is_not(
+    plugins: Callable[[str, Callable[..., Any]], None],
+) -> None:
+    plugins("never-run", lambda view: [])
+    cleanup = contextshift.register_interceptor(lambda messages, context: messages)
+    release = threading.Event()
+    assert plugin_host._threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
+    try:
+        for _ in range(plugin_host.MAX_HUNG_CALLS):  # that many hung calls: the host runs no more
+            with pytest.raises(TimeoutError):
+                plugin_host.call_with_timeout(release.wait, (120,), 5)
+        before = samples()
+        for strategy in ("never-run", "truncate"):  # a plugin strategy, then only the interceptor
+            result = contextshift.shift_context(long_chat(4), budget=700, strategy=strategy)
+            assert [d.source for d in result.diagnostics if d.event == "PLUGINS_SATURATED"] == (
+                ["strategy:never-run", f"interceptor:{plugin_host.interceptors()[0][0]}"]
+                if strategy == "never-run"
+                else [f"interceptor:{plugin_host.interceptors()[0][0]}"]
+            )
+            metrics.record_shift(result.strategy, result.diagnostics)
+        after = samples()
+    finally:
+        release.set()
+        cleanup()
+    assert added(before, after, "contextshift_fallbacks_total") == {
+        labels(strategy="never-run", cause="PLUGINS_SATURATED"): 1
+    }
+    assert added(before, after, "contextshift_shift_events_total") == {labels(event="PLUGINS_SATURATED"): 3}
+    assert plugin_host._threads.wait_hung_at_most(0, 10)
 
 
 def test_store_operations_are_timed() -> None:

@@ -8,10 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The events of a shift whose strategy failed and that fell back to truncate: llm-compact's LLM
-# failed (strategies/llm_compact.py), or a plugin strategy raised, ran past its time limit or
-# returned a plan the host refused (plugins.py). The metrics count these as fallbacks.
+# failed (strategies/llm_compact.py), or a plugin strategy raised, ran past its time limit, was not
+# run because too many hung plugin calls still run, or returned a plan the host refused
+# (plugins.py). The metrics count these as fallbacks (`is_fallback`).
 FALLBACK_EVENTS = frozenset(
-    {"LLM_FALLBACK", "PLUGIN_ERROR", "PLUGIN_TIMEOUT", "PLAN_REJECTED", "PLAN_INVALID"}
+    {"LLM_FALLBACK", "PLUGIN_ERROR", "PLUGIN_TIMEOUT", "PLUGINS_SATURATED", "PLAN_REJECTED", "PLAN_INVALID"}
 )
 
 
@@ -34,3 +35,9 @@ class CompactionUsage:
     model: str
     prompt_tokens: int | None
     completion_tokens: int | None
+
+
+def is_fallback(diagnostic: Diagnostic) -> bool:
+    """Whether `diagnostic` says its shift's strategy fell back to truncate (an interceptor skipped
+    for the same reason, `PLUGINS_SATURATED` from an interceptor, is no strategy's fallback)."""
+    return diagnostic.event in FALLBACK_EVENTS and not diagnostic.source.startswith("interceptor:")

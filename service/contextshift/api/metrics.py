@@ -33,7 +33,7 @@ from prometheus_client import (
 
 from contextshift import profiles
 from contextshift.audit.store import Store
-from contextshift.diagnostics import FALLBACK_EVENTS, Diagnostic
+from contextshift.diagnostics import Diagnostic, is_fallback
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
 
@@ -66,7 +66,8 @@ SHIFT_EVENTS = Counter(
 FALLBACKS = Counter(
     "contextshift_fallbacks",
     "Shifts and previews whose strategy failed and fell back to truncate, by strategy and cause (the "
-    "diagnostic's event: LLM_FALLBACK, PLUGIN_ERROR, PLUGIN_TIMEOUT, PLAN_REJECTED, PLAN_INVALID).",
+    "diagnostic's event: LLM_FALLBACK, PLUGIN_ERROR, PLUGIN_TIMEOUT, PLUGINS_SATURATED, PLAN_REJECTED, "
+    "PLAN_INVALID).",
     ["strategy", "cause"],
 )
 BUDGET_EXCEEDED = Counter(
@@ -180,7 +181,7 @@ def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
     for diagnostic in diagnostics:
         _child(SHIFT_EVENTS, diagnostic.event).inc()
         # The event code, not the detail: the detail has numbers (a status, a timeout) and names.
-        if diagnostic.event in FALLBACK_EVENTS:
+        if is_fallback(diagnostic):
             _child(FALLBACKS, strategy, diagnostic.event).inc()
 
 
