@@ -152,18 +152,41 @@ impl JsonSource {
     }
 }
 
-/// A vector's Python tuple, made on its first read and the same tuple after. Strategies index
-/// these in loops: a new list per read made those loops quadratic (a 100k-block `summarize`
-/// took minutes, `clear-tool-results` 39 s).
-struct LazyTuple(PyOnceLock<Py<PyTuple>>);
+/// A vector with its Python tuple, made on the first read and the same tuple after. Strategies
+/// index these in loops: a new list per read made those loops quadratic (a 100k-block
+/// `summarize` took minutes, `clear-tool-results` 39 s). Rust code reads it as a slice.
+struct Tupled<T> {
+    items: Vec<T>,
+    tuple: PyOnceLock<Py<PyTuple>>,
+}
 
-impl LazyTuple {
-    fn new() -> Self {
-        LazyTuple(PyOnceLock::new())
+impl<T> From<Vec<T>> for Tupled<T> {
+    fn from(items: Vec<T>) -> Self {
+        Tupled { items, tuple: PyOnceLock::new() }
     }
+}
 
-    fn get<'py, T: IntoPyObject<'py> + Clone>(&self, py: Python<'py>, items: &[T]) -> PyResult<Py<PyTuple>> {
-        let made = self.0.get_or_try_init(py, || PyTuple::new(py, items.iter().cloned()).map(Bound::unbind))?;
+impl<T> FromIterator<T> for Tupled<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        items.into_iter().collect::<Vec<T>>().into()
+    }
+}
+
+impl<T> std::ops::Deref for Tupled<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        &self.items
+    }
+}
+
+impl<T> Tupled<T> {
+    fn tuple<'py>(&self, py: Python<'py>) -> PyResult<Py<PyTuple>>
+    where
+        T: IntoPyObject<'py> + Clone,
+    {
+        let made =
+            self.tuple.get_or_try_init(py, || PyTuple::new(py, self.items.iter().cloned()).map(Bound::unbind))?;
         Ok(made.clone_ref(py))
     }
 }
@@ -172,13 +195,12 @@ impl LazyTuple {
 #[pyclass(frozen, module = "contextshift._core")]
 struct Counts {
     profile: Arc<Profile>,
-    tokens: Vec<u64>,
-    tokens_tuple: LazyTuple,
+    tokens: Tupled<u64>,
 }
 
 impl Counts {
     fn new(profile: Arc<Profile>, tokens: Vec<u64>) -> Self {
-        Counts { profile, tokens, tokens_tuple: LazyTuple::new() }
+        Counts { profile, tokens: tokens.into() }
     }
 }
 
@@ -186,7 +208,7 @@ impl Counts {
 impl Counts {
     #[getter]
     fn tokens(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tokens_tuple.get(py, &self.tokens)
+        self.tokens.tuple(py)
     }
 
     #[getter]
@@ -197,7 +219,7 @@ impl Counts {
     /// The same counts with some blocks' tokens replaced (`{index: tokens}`): a strategy that
     /// rewrote those blocks plans with what they cost now.
     fn replaced(&self, overrides: HashMap<usize, u64>) -> PyResult<Counts> {
-        let mut tokens = self.tokens.clone();
+        let mut tokens = self.tokens.to_vec();
         for (i, t) in overrides {
             *tokens.get_mut(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))? = t;
         }
@@ -206,96 +228,73 @@ impl Counts {
 }
 
 /// How a conversation is laid out for a strategy: each block's id, role, kind, tool-call group,
-/// protection and tool linkage, by index; each field a `LazyTuple` in Python.
+/// protection and tool linkage, by index; each field a tuple in Python.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Layout {
-    fields: LayoutFields,
-    tuples: [LazyTuple; LAYOUT_FIELDS],
-}
-
-const LAYOUT_FIELDS: usize = 11;
-
-struct LayoutFields {
-    ids: Vec<String>,
-    roles: Vec<&'static str>,
-    kinds: Vec<&'static str>,
+    ids: Tupled<String>,
+    roles: Tupled<&'static str>,
+    kinds: Tupled<&'static str>,
     /// Tool-call group numbers, in order of each group's earliest member.
-    groups: Vec<usize>,
+    groups: Tupled<usize>,
     /// "system", "mandatory", "pinned" (the current input too) or "" for an unprotected block.
-    protection: Vec<&'static str>,
+    protection: Tupled<&'static str>,
     /// Whether the block's group has a protected member.
-    group_protected: Vec<bool>,
+    group_protected: Tupled<bool>,
     /// Whether the block is an orphan tool result's group (excluded unless protected).
-    orphan: Vec<bool>,
-    manual_excluded: Vec<bool>,
-    relevance: Vec<Option<f64>>,
+    orphan: Tupled<bool>,
+    manual_excluded: Tupled<bool>,
+    relevance: Tupled<Option<f64>>,
     /// The calls a block issues, `(id, name)`.
-    calls: Vec<Vec<(String, String)>>,
+    calls: Tupled<Vec<(String, String)>>,
     /// The ids of the calls a block answers.
-    result_ids: Vec<Vec<String>>,
-}
-
-impl Layout {
-    fn new(fields: LayoutFields) -> Self {
-        Layout { fields, tuples: std::array::from_fn(|_| LazyTuple::new()) }
-    }
-
-    /// Field number `slot` as a Python tuple of `items`.
-    fn tuple<'py, T: IntoPyObject<'py> + Clone>(
-        &self,
-        py: Python<'py>,
-        slot: usize,
-        items: &[T],
-    ) -> PyResult<Py<PyTuple>> {
-        self.tuples[slot].get(py, items)
-    }
+    result_ids: Tupled<Vec<String>>,
 }
 
 #[pymethods]
 impl Layout {
     #[getter]
     fn ids(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 0, &self.fields.ids)
+        self.ids.tuple(py)
     }
     #[getter]
     fn roles(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 1, &self.fields.roles)
+        self.roles.tuple(py)
     }
     #[getter]
     fn kinds(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 2, &self.fields.kinds)
+        self.kinds.tuple(py)
     }
     #[getter]
     fn groups(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 3, &self.fields.groups)
+        self.groups.tuple(py)
     }
     #[getter]
     fn protection(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 4, &self.fields.protection)
+        self.protection.tuple(py)
     }
     #[getter]
     fn group_protected(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 5, &self.fields.group_protected)
+        self.group_protected.tuple(py)
     }
     #[getter]
     fn orphan(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 6, &self.fields.orphan)
+        self.orphan.tuple(py)
     }
     #[getter]
     fn manual_excluded(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 7, &self.fields.manual_excluded)
+        self.manual_excluded.tuple(py)
     }
     #[getter]
     fn relevance(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 8, &self.fields.relevance)
+        self.relevance.tuple(py)
     }
     #[getter]
     fn calls(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 9, &self.fields.calls)
+        self.calls.tuple(py)
     }
     #[getter]
     fn result_ids(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.tuple(py, 10, &self.fields.result_ids)
+        self.result_ids.tuple(py)
     }
 }
 
@@ -361,15 +360,13 @@ impl BlockDecision {
 #[pyclass(frozen, module = "contextshift._core")]
 struct Plan {
     conversation: Py<Conversation>,
-    kept: Vec<usize>,
-    excluded: Vec<usize>,
+    kept: Tupled<usize>,
+    excluded: Tupled<usize>,
     #[pyo3(get)]
     total: u64,
     /// Per block.
     tokens: Vec<u64>,
     reasons: Vec<Reason>,
-    kept_tuple: LazyTuple,
-    excluded_tuple: LazyTuple,
     kept_decisions: PyOnceLock<Py<PyList>>,
     excluded_decisions: PyOnceLock<Py<PyList>>,
 }
@@ -397,13 +394,13 @@ impl Plan {
     /// Indices of the kept blocks, in order.
     #[getter]
     fn kept(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.kept_tuple.get(py, &self.kept)
+        self.kept.tuple(py)
     }
 
     /// Indices of the excluded blocks, in order.
     #[getter]
     fn excluded(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
-        self.excluded_tuple.get(py, &self.excluded)
+        self.excluded.tuple(py)
     }
 
     #[getter]
@@ -443,7 +440,7 @@ impl Plan {
         let blocks = &self.conversation.get().blocks;
         let mut out = Vec::with_capacity(blocks.len() * 32);
         let mut message = Vec::with_capacity(64);
-        for (field, indices) in [(kept_field, &self.kept), (excluded_field, &self.excluded)] {
+        for (field, indices) in [(kept_field, &*self.kept), (excluded_field, &*self.excluded)] {
             for &i in indices {
                 message.clear();
                 wire::put_bytes(&mut message, 1, blocks[i].id.as_bytes());
@@ -463,7 +460,7 @@ impl Plan {
         guarded(|| {
             let blocks = &self.conversation.get().blocks;
             let mut kept = vec![false; blocks.len()];
-            for &i in &self.kept {
+            for &i in self.kept.iter() {
                 kept[i] = true;
             }
             let mut out = Vec::with_capacity(blocks.len() * 34);
@@ -724,13 +721,11 @@ impl Conversation {
             let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
             Ok(Plan {
                 conversation: slf.clone().unbind(),
-                kept,
-                excluded,
+                kept: kept.into(),
+                excluded: excluded.into(),
                 total: plan.total,
-                tokens: counts.tokens.clone(),
+                tokens: counts.tokens.to_vec(),
                 reasons: plan.reasons,
-                kept_tuple: LazyTuple::new(),
-                excluded_tuple: LazyTuple::new(),
                 kept_decisions: PyOnceLock::new(),
                 excluded_decisions: PyOnceLock::new(),
             })
@@ -757,11 +752,11 @@ impl Conversation {
                     group_protected[self.groups.group_of[i]] |= *p != Protection::None;
                 }
                 let blocks = &self.blocks;
-                Layout::new(LayoutFields {
+                Layout {
                     ids: blocks.iter().map(|b| b.id.clone()).collect(),
                     roles: blocks.iter().map(|b| b.role.as_str()).collect(),
                     kinds: blocks.iter().map(|b| b.kind.as_str()).collect(),
-                    groups: self.groups.group_of.clone(),
+                    groups: self.groups.group_of.clone().into(),
                     protection: protection
                         .iter()
                         .map(|p| match p {
@@ -780,7 +775,7 @@ impl Conversation {
                         .map(|b| b.calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect())
                         .collect(),
                     result_ids: blocks.iter().map(|b| b.result_ids.clone()).collect(),
-                })
+                }
             }))
         })
     }
