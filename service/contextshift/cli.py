@@ -229,8 +229,14 @@ def print_decisions(console: Console, rows: Sequence[Row], *, content: bool = Tr
     cells = []
     for index, row in enumerate(rows):
         tokens = "" if row.tokens is None else str(row.tokens)
-        middle = [row.role, row.kind or "-", tokens, row.decision, row.reason, row.text]
-        cells.append(([str(index), row.id, *(middle if content else middle[2:5])], STYLES.get(row.decision)))
+        described = [row.role, row.kind or "-"] if content else []
+        text = [row.text] if content else []
+        cells.append(
+            (
+                [str(index), row.id, *described, tokens, row.decision, row.reason, *text],
+                STYLES.get(row.decision),
+            )
+        )
     print_table(console, columns, cells)
 
 

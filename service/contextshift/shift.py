@@ -401,14 +401,6 @@ def shift_context(
     return result
 
 
-@dataclass
-class _Replanned:
-    """The interceptors' latest accepted messages, parsed, counted and planned."""
-
-    conversation: engine.Conversation
-    plan: engine.Plan
-
-
 def _intercepted(
     result: ShiftResult, budget: int, opts: ShiftOptions, unpinned_ids: frozenset[str]
 ) -> ShiftResult:
@@ -422,7 +414,8 @@ def _intercepted(
         tuple(ids), budget, result.prompt_tokens, result.profile, result.strategy
     )
     protected = {d.id for d in kept if d.reason in PROTECTED_REASONS}
-    replanned: list[_Replanned] = []
+    # The interceptors' latest accepted messages, parsed, counted and planned.
+    accepted: tuple[engine.Conversation, engine.Plan] | None = None
 
     def replan(messages: list[Mapping[str, Any]], message_ids: list[str]) -> None:
         """Plans an interceptor's messages; raises (and so rejects them) when they cannot be
@@ -435,7 +428,8 @@ def _intercepted(
         # messages' own pins would protect them again.
         unpinned = [k for k, block_id in enumerate(message_ids) if block_id in unpinned_ids]
         plan = conversation.plan(counts, budget, unpinned, opts.protect_current_input, opts.start_on_user)
-        replanned[:] = [_Replanned(conversation, plan)]
+        nonlocal accepted
+        accepted = (conversation, plan)
 
     run = plugins.run_interceptors(
         result.messages, ids, protected, context, opts.plugin_timeout_ms, accept=replan
@@ -446,8 +440,9 @@ def _intercepted(
         )
 
     # The last change accepted is what the interceptors left.
-    [last] = replanned
-    conversation, plan = last.conversation, last.plan
+    if accepted is None:  # `changed` is set only for an accepted change
+        raise InternalError("interceptors changed the messages, but no change was accepted")
+    conversation, plan = accepted
     prompt_tokens = conversation.recount(result.profile, plan.kept)
     if prompt_tokens != plan.total or prompt_tokens > budget:
         raise InternalError(f"recount after interceptors gave {prompt_tokens}, the plan {plan.total}")

@@ -189,6 +189,13 @@ def recent(turns: Sequence[Turn], room: int = MAX_INPUT_CHARS) -> list[Turn]:
     return kept[::-1]
 
 
+def facts_window(turns: Sequence[Turn]) -> tuple[list[Turn], int]:
+    """The turns facts are read from (the most recent MAX_FACTS_CHARS) and the characters of
+    the older text left unread (0 for most histories)."""
+    read = recent(turns, MAX_FACTS_CHARS)
+    return read, sum(len(t.text) for t in turns) - sum(len(t.text) for t in read)
+
+
 def _sentences_of(turns: Sequence[Turn]) -> list[_Sentence]:
     """Every sentence of `turns`, one-lined, with its facts (read from that text)."""
     items: list[_Sentence] = []
@@ -214,8 +221,7 @@ def summarize(turns: Sequence[Turn], query: str, fits: Callable[[str], bool]) ->
     allows (it is asked about whole summary texts); None when not even the header fits."""
     if not fits(HEADER):
         return None
-    read = recent(turns, MAX_FACTS_CHARS)
-    unread = sum(len(t.text) for t in turns) - sum(len(t.text) for t in read)
+    read, unread = facts_window(turns)
     items = _sentences_of(read)
     # The facts of all the text read, not only of the scored window: facts_total must be honest.
     all_facts = fact_spans.distinct(f for s in items for f in s.facts)

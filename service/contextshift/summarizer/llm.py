@@ -362,8 +362,7 @@ def summarize(
         raise CompactionFailed(f"the answer takes {size} tokens, over the limit of {limit}", usage)
     # Every turn's facts (within the facts window), not only those of the transcript sent:
     # facts_total must be honest.
-    read = extractive.recent(turns, extractive.MAX_FACTS_CHARS)
-    unread = sum(len(t.text) for t in turns) - sum(len(t.text) for t in read)
+    read, unread = extractive.facts_window(turns)
     found = fact_spans.distinct(f for t in read for f in fact_spans.extract(t.text))
     missing = [f for f in found if fact_spans.value(f) not in answer]
     kept = fact_spans.recent_that_fit(
