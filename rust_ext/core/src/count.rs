@@ -9,16 +9,44 @@ use rayon::prelude::*;
 /// DESIGN.md §4: framing + text pieces + participant name + tool calls (their framing, names and
 /// arguments) + images, each piece counted on its own.
 pub fn block_tokens(profile: &Profile, block: &Block) -> u64 {
-    let text: u64 = block.pieces.iter().map(|p| profile.text_tokens(p)).sum();
-    let calls: u64 = block
-        .calls
-        .iter()
-        .map(|c| profile.call_overhead() + profile.text_tokens(&c.name) + profile.text_tokens(&c.arguments))
-        .sum();
+    block_tokens_with(profile, block, |text| profile.text_tokens(text))
+}
+
+/// `block_tokens` with each text's tokens from `text_tokens`, called for every non-empty text the
+/// count uses, in the same order every time (so one pass can collect the texts, and a second
+/// hand back their counts).
+fn block_tokens_with<'b>(profile: &Profile, block: &'b Block, mut text_tokens: impl FnMut(&'b str) -> u64) -> u64 {
+    let mut tokens = |text: &'b str| if text.is_empty() { 0 } else { text_tokens(text) };
+    let text: u64 = block.pieces.iter().map(|p| tokens(p)).sum();
+    let calls: u64 = block.calls.iter().map(|c| profile.call_overhead() + tokens(&c.name) + tokens(&c.arguments)).sum();
     let images: u64 = block.images.iter().map(|i| profile.image_tokens(i)).sum();
-    let name = block.name.as_deref().map_or(0, |n| profile.name_tokens(n));
+    let name = match (block.name.as_deref(), profile.per_name()) {
+        (Some(name), Some(per_name)) => per_name + tokens(name),
+        _ => 0,
+    };
     profile.block_overhead(block.role) + text + name + calls + images
 }
+
+/// Blocks counted together: their texts looked up in the count cache at once (see
+/// `Profile::texts_tokens`), then each block's count assembled from them.
+fn block_tokens_batched(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
+    let mut texts = Vec::new();
+    for block in blocks {
+        block_tokens_with(profile, block, |text| {
+            texts.push(text);
+            0
+        });
+    }
+    let mut counts = profile.texts_tokens(&texts).into_iter();
+    blocks
+        .iter()
+        .map(|block| block_tokens_with(profile, block, |_| counts.next().expect("one count per text collected")))
+        .collect()
+}
+
+/// Blocks per cache lookup batch: enough for the probes to overlap, few enough for their keys to
+/// stay in the L1 cache.
+const LOOKUP_BATCH: usize = 256;
 
 /// Tokens the tool definitions sent with a prompt take, by the profile's rule (`ToolRule`).
 pub fn tools_tokens(profile: &Profile, tools: &[Tool]) -> u64 {
@@ -79,12 +107,12 @@ fn openai_functions(profile: &Profile, tools: &[Tool], func_init: u64) -> u64 {
 
 /// Maps `count` over `items`, across the thread pool when their total size (by `bytes`) is worth
 /// the hand-off for this profile, on the calling thread otherwise.
-pub fn batch<T: Sync>(
+pub fn batch<T: Sync, R: Send>(
     profile: &Profile,
     items: &[T],
     bytes: impl Fn(&T) -> usize,
-    count: impl Fn(&T) -> u64 + Sync + Send,
-) -> Vec<u64> {
+    count: impl Fn(&T) -> R + Sync + Send,
+) -> Vec<R> {
     let threshold = profile.parallel_min_bytes();
     // Stop summing as soon as the threshold is reached: the sum itself is a pass over the batch.
     let mut total = 0;
@@ -102,7 +130,13 @@ pub fn batch<T: Sync>(
 
 /// Tokens of each block, in order. Takes references so a caller can count any selection.
 pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
-    batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b))
+    if !profile.uses_cache() {
+        return batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b));
+    }
+    let chunks: Vec<&[&Block]> = blocks.chunks(LOOKUP_BATCH).collect();
+    let bytes = |chunk: &&[&Block]| chunk.iter().map(|b| b.text_bytes()).sum();
+    let counted = |chunk: &&[&Block]| block_tokens_batched(profile, chunk);
+    batch(profile, &chunks, bytes, counted).concat()
 }
 
 /// Text tokens of each text, in order, counted afresh (the count cache is neither read nor
@@ -223,6 +257,36 @@ mod tests {
         let o = profile_by_name("o200k_base").unwrap();
         assert_eq!(block_tokens(&o, &b), 4 + 3 + o.text_tokens("get") + o.text_tokens("{}"));
         assert_eq!(block_tokens(&profile_by_name("heuristic").unwrap(), &b), 4 + 1 + 1);
+    }
+
+    #[test]
+    fn blocks_counted_together_match_each_counted_alone() {
+        // Names, tool calls, empty and repeated texts, over several lookup batches, serial (a few
+        // blocks) and across the pool; cold, then from the cache.
+        let p = profile_by_name("o200k_base").unwrap();
+        let blocks: Vec<Block> = (0..3 * LOOKUP_BATCH + 7)
+            .map(|i| {
+                let text = format!("turn {}: {}", i % 40, "ß".repeat(i % 5));
+                let mut b = block(Role::Assistant, &[&text, "", "same text"]);
+                if i % 3 == 0 {
+                    b.name = Some(format!("user{}", i % 4));
+                }
+                if i % 4 == 0 {
+                    b.calls.push(ToolCall {
+                        id: format!("c{i}"),
+                        name: "search".into(),
+                        arguments: format!("{{\"q\":{i}}}"),
+                    });
+                }
+                b
+            })
+            .collect();
+        let refs: Vec<&Block> = blocks.iter().collect();
+        for _ in 0..2 {
+            let alone: Vec<u64> = refs.iter().map(|b| block_tokens(&p, b)).collect();
+            assert_eq!(count_blocks(&p, &refs), alone);
+            assert_eq!(count_blocks(&p, &refs[..5]), alone[..5]);
+        }
     }
 
     #[test]

@@ -143,6 +143,21 @@ impl Profile {
         }
     }
 
+    /// `text_tokens` of each of `texts`, in order, the count cache probed for all of them at once
+    /// (see `CountCache::get_or_count_many`).
+    pub fn texts_tokens(&self, texts: &[&str]) -> Vec<u64> {
+        // An empty text is 0 tokens and never cached, as in `text_tokens`.
+        if !self.counter.cacheable() || texts.iter().any(|t| t.is_empty()) {
+            return texts.iter().map(|t| self.text_tokens(t)).collect();
+        }
+        cache::global().get_or_count_many(self.cache_id, texts, |t| self.counter.count(t))
+    }
+
+    /// Whether counts go through the count cache (the counter is far slower than hashing).
+    pub fn uses_cache(&self) -> bool {
+        self.counter.cacheable()
+    }
+
     /// `text_tokens` without the count cache: the tokenizer's own work.
     pub fn text_tokens_fresh(&self, text: &str) -> u64 {
         if text.is_empty() {
@@ -164,7 +179,12 @@ impl Profile {
     /// Tokens of a participant name: its text plus the format's per-name cost, or nothing when
     /// the format does not render names.
     pub fn name_tokens(&self, name: &str) -> u64 {
-        self.info.framing.name.map_or(0, |per_name| per_name + self.text_tokens(name))
+        self.per_name().map_or(0, |per_name| per_name + self.text_tokens(name))
+    }
+
+    /// The format's per-name cost, or None when it does not render names (see `name_tokens`).
+    pub fn per_name(&self) -> Option<u64> {
+        self.info.framing.name
     }
 
     /// Tokens the prompt costs once (begin-of-text, reply priming).
