@@ -133,7 +133,10 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
     if !profile.uses_cache() {
         return batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b));
     }
-    let chunks: Vec<&[&Block]> = blocks.chunks(LOOKUP_BATCH).collect();
+    // Fewer blocks make smaller batches, so a few large blocks counted cold still spread over
+    // the pool (sizing batches by their text instead reads every block once more: slower).
+    let per_batch = (blocks.len() / (4 * rayon::current_num_threads())).clamp(1, LOOKUP_BATCH);
+    let chunks: Vec<&[&Block]> = blocks.chunks(per_batch).collect();
     let bytes = |chunk: &&[&Block]| chunk.iter().map(|b| b.text_bytes()).sum();
     let counted = |chunk: &&[&Block]| block_tokens_batched(profile, chunk);
     batch(profile, &chunks, bytes, counted).concat()
@@ -281,6 +284,8 @@ mod tests {
                 b
             })
             .collect();
+        let big = "a long message, ".repeat(4000);
+        let blocks: Vec<Block> = blocks.into_iter().chain((0..4).map(|_| block(Role::User, &[&big]))).collect();
         let refs: Vec<&Block> = blocks.iter().collect();
         for _ in 0..2 {
             let alone: Vec<u64> = refs.iter().map(|b| block_tokens(&p, b)).collect();
