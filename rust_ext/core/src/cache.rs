@@ -94,6 +94,14 @@ impl Shard {
         self.current.insert(key, count);
     }
 
+    /// Stores a text's count after a miss; a count beyond u32 (a text of gigabytes) is not
+    /// worth a slot.
+    fn store(&mut self, key: u128, tokens: u64) {
+        if let Ok(small) = u32::try_from(tokens) {
+            self.insert(key, small);
+        }
+    }
+
     fn len(&self) -> usize {
         self.current.len() + self.previous.len()
     }
@@ -131,10 +139,7 @@ impl CountCache {
             shard.misses += 1;
         }
         let tokens = count(text);
-        // A count beyond u32 (a text of gigabytes) is not worth a slot.
-        if let Ok(small) = u32::try_from(tokens) {
-            lock(shard).insert(key, small);
-        }
+        lock(shard).store(key, tokens);
         tokens
     }
 
@@ -196,9 +201,7 @@ impl CountCache {
             tokens[i] = found;
             let mut shard = lock(shard);
             shard.misses += 1;
-            if let Ok(small) = u32::try_from(found) {
-                shard.insert(key, small);
-            }
+            shard.store(key, found);
         }
         tokens
     }
