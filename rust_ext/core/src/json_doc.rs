@@ -161,10 +161,14 @@ impl Node for TapeNode<'_, '_> {
         }
     }
 
+    fn is_null(&self) -> bool {
+        self.entry().kind == Kind::Null
+    }
+
     fn for_each_entry(&self, f: &mut dyn FnMut(&str, Self)) {
-        if self.entry().kind == Kind::Object {
+        if let Entry { kind: Kind::Object, a: end, .. } = self.entry() {
             let mut at = self.at + 1;
-            while at < self.end() {
+            while at < end as usize {
                 f(self.tape.str(self.tape.entries[at]), self.at(at + 1));
                 at = self.tape.after(at + 1);
             }
@@ -173,9 +177,9 @@ impl Node for TapeNode<'_, '_> {
 
     fn items(&self) -> Vec<Self> {
         let mut items = Vec::new();
-        if self.entry().kind == Kind::List {
+        if let Entry { kind: Kind::List, a: end, .. } = self.entry() {
             let mut at = self.at + 1;
-            while at < self.end() {
+            while at < end as usize {
                 items.push(self.at(at));
                 at = self.tape.after(at);
             }
@@ -483,7 +487,10 @@ impl Reader<'_> {
         let text = self.key_text(key);
         let seen = match many {
             Some(set) => !set.insert(text.to_owned()),
-            None => self.keys[first..].iter().any(|&k| self.key_text(k) == text),
+            // Lengths first (both are in the entries): keys of one object mostly differ in length.
+            None => self.keys[first..]
+                .iter()
+                .any(|&k| self.entries[k].b & !OWNED == text.len() as u64 && self.key_text(k) == text),
         };
         if seen {
             self.repeated.push((object, self.key_text(key).to_owned()));
