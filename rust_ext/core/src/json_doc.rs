@@ -599,6 +599,7 @@ impl Reader<'_> {
 
     /// The rest of a string (or key) whose opening quote was consumed, onto the tape: a span of
     /// the input when it has no escapes, else an unescaped copy.
+    #[inline(always)] // one call per string and key: the call itself cost 6% of the reader
     fn string(&mut self) -> Option<()> {
         let start = self.pos;
         self.skip_plain();
@@ -607,6 +608,13 @@ impl Reader<'_> {
             self.push(Kind::Str, start as u64, (self.pos - 1 - start) as u64);
             return Some(());
         }
+        self.escaped_string(start)
+    }
+
+    /// The rest of a string from `start` whose plain run ends at an escape (or an error): kept
+    /// out of line, so the common case above is small enough to inline.
+    #[inline(never)]
+    fn escaped_string(&mut self, start: usize) -> Option<()> {
         let from = self.owned.len();
         self.owned.push_str(&self.text[start..self.pos]);
         loop {
