@@ -640,6 +640,7 @@ impl Reader<'_> {
     /// Advances to the next `"`, `\` or control character (or the end): sixteen bytes at a time
     /// with SSE2 (every x86-64 has it), eight at a time elsewhere, then byte by byte.
     fn skip_plain(&mut self) {
+        // The position stays in a register, not written back at every step.
         let mut pos = self.pos;
         #[cfg(target_arch = "x86_64")]
         while let Some(chunk) = self.bytes.get(pos..pos + 16) {
