@@ -774,7 +774,7 @@ impl Conversation {
                         .iter()
                         .map(|b| b.calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect())
                         .collect(),
-                    result_ids: blocks.iter().map(|b| b.result_ids.clone()).collect(),
+                    result_ids: blocks.iter().map(|b| b.result_ids.to_vec()).collect(),
                 }
             }))
         })

@@ -70,6 +70,10 @@ impl Kind {
     }
 }
 
+/// Strings a block mostly has one of (its text pieces, the call ids it answers): that one is kept
+/// inline, with no allocation of its own (a block's allocations were most of building it).
+pub type Strings = smallvec::SmallVec<[String; 1]>;
+
 /// A tool call the block issues. `arguments` is the JSON text the model sees.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
@@ -95,10 +99,10 @@ pub struct Block {
     /// The participant name (OpenAI `name`), which some chat formats render and charge for.
     pub name: Option<String>,
     /// Text pieces in reading order; each is counted on its own.
-    pub pieces: Vec<String>,
+    pub pieces: Strings,
     pub calls: Vec<ToolCall>,
     /// Ids of the calls this block answers (every spelling found).
-    pub result_ids: Vec<String>,
+    pub result_ids: Strings,
     pub images: Vec<Image>,
     pub pinned: bool,
     pub mandatory: bool,

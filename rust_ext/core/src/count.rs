@@ -156,7 +156,7 @@ pub fn count_texts_fresh(profile: &Profile, texts: &[&str], as_batch: bool) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{Image, Kind, Role, ToolCall};
+    use crate::block::{Image, Kind, Role, Strings, ToolCall};
     use crate::profile::profile_by_name;
 
     fn block(role: Role, pieces: &[&str]) -> Block {
@@ -167,7 +167,7 @@ mod tests {
             name: None,
             pieces: pieces.iter().map(|p| (*p).to_owned()).collect(),
             calls: Vec::new(),
-            result_ids: Vec::new(),
+            result_ids: Strings::new(),
             images: Vec::new(),
             pinned: false,
             mandatory: false,

@@ -6,7 +6,7 @@
 //! for Python objects, so dict blocks are read in place with no intermediate copy and both
 //! routes share one parser.
 
-use crate::block::{Block, Image, Kind, Role, ToolCall};
+use crate::block::{Block, Image, Kind, Role, Strings, ToolCall};
 use crate::json_text::to_json_text;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
@@ -434,9 +434,9 @@ struct Places {
 /// What reading content-like fields yields.
 #[derive(Default)]
 struct Parts {
-    pieces: Vec<String>,
+    pieces: Strings,
     calls: Vec<ToolCall>,
-    result_ids: Vec<String>,
+    result_ids: Strings,
     images: Vec<Image>,
 }
 
@@ -850,7 +850,7 @@ mod tests {
             "tool_use_id": "e", "meta": {"toolCallId": "f"}
         }]))
         .unwrap();
-        assert_eq!(conv.blocks[0].result_ids, ["a", "b", "c", "d", "e", "f"]);
+        assert_eq!(conv.blocks[0].result_ids.as_slice(), ["a", "b", "c", "d", "e", "f"]);
     }
 
     #[test]
@@ -889,8 +889,8 @@ mod tests {
         let b = &conv.blocks;
         assert_eq!(b[0].calls[0].arguments, r#"{"q": "x", "n": 2}"#);
         assert_eq!(b[0].calls[1].arguments, r#"{"k": [1, 2]}"#);
-        assert_eq!(b[1].result_ids, ["t1", "t2"]);
-        assert_eq!(b[1].pieces, ["ok", r#"{"done": true}"#]);
+        assert_eq!(b[1].result_ids.as_slice(), ["t1", "t2"]);
+        assert_eq!(b[1].pieces.as_slice(), ["ok", r#"{"done": true}"#]);
         assert_eq!(b[1].images.len(), 1);
     }
 
