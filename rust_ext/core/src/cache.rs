@@ -113,6 +113,16 @@ impl Shard {
     }
 }
 
+/// A text's key under the profile with `cache_id`.
+fn key_of(cache_id: u64, text: &str) -> u128 {
+    xxh3_128_with_seed(text.as_bytes(), cache_id)
+}
+
+/// The shard a key lives in.
+fn shard_of(key: u128) -> usize {
+    (key as usize) % SHARDS
+}
+
 impl CountCache {
     pub fn new(capacity_bytes: usize) -> Self {
         CountCache {
@@ -128,8 +138,8 @@ impl CountCache {
         if self.capacity_bytes.load(Ordering::Relaxed) == 0 {
             return count(text);
         }
-        let key = xxh3_128_with_seed(text.as_bytes(), cache_id);
-        let shard = &self.shards[(key as usize) % SHARDS];
+        let key = key_of(cache_id, text);
+        let shard = &self.shards[shard_of(key)];
         {
             let mut shard = lock(shard);
             if let Some(hit) = shard.get(key) {
@@ -151,8 +161,7 @@ impl CountCache {
         if self.capacity_bytes.load(Ordering::Relaxed) == 0 {
             return texts.iter().map(|t| count(t)).collect();
         }
-        let keys: Vec<u128> = texts.iter().map(|t| xxh3_128_with_seed(t.as_bytes(), cache_id)).collect();
-        let shard_of = |key: u128| (key as usize) % SHARDS;
+        let keys: Vec<u128> = texts.iter().map(|t| key_of(cache_id, t)).collect();
         // The text indices grouped by shard (a counting sort): shard s holds by_shard[starts[s]..starts[s + 1]].
         let mut starts = [0usize; SHARDS + 1];
         for &key in &keys {

@@ -20,10 +20,7 @@ fn block_tokens_with<'b>(profile: &Profile, block: &'b Block, mut text_tokens: i
     let text: u64 = block.pieces.iter().map(|p| tokens(p)).sum();
     let calls: u64 = block.calls.iter().map(|c| profile.call_overhead() + tokens(&c.name) + tokens(&c.arguments)).sum();
     let images: u64 = block.images.iter().map(|i| profile.image_tokens(i)).sum();
-    let name = match (block.name.as_deref(), profile.per_name()) {
-        (Some(name), Some(per_name)) => per_name + tokens(name),
-        _ => 0,
-    };
+    let name = block.name.as_deref().map_or(0, |name| profile.name_tokens_with(name, &mut tokens));
     profile.block_overhead(block.role) + text + name + calls + images
 }
 

@@ -147,7 +147,7 @@ impl Profile {
     /// (see `CountCache::get_or_count_many`).
     pub fn texts_tokens(&self, texts: &[&str]) -> Vec<u64> {
         // An empty text is 0 tokens and never cached, as in `text_tokens`.
-        if !self.counter.cacheable() || texts.iter().any(|t| t.is_empty()) {
+        if !self.uses_cache() || texts.iter().any(|t| t.is_empty()) {
             return texts.iter().map(|t| self.text_tokens(t)).collect();
         }
         cache::global().get_or_count_many(self.cache_id, texts, |t| self.counter.count(t))
@@ -179,12 +179,13 @@ impl Profile {
     /// Tokens of a participant name: its text plus the format's per-name cost, or nothing when
     /// the format does not render names.
     pub fn name_tokens(&self, name: &str) -> u64 {
-        self.per_name().map_or(0, |per_name| per_name + self.text_tokens(name))
+        self.name_tokens_with(name, |text| self.text_tokens(text))
     }
 
-    /// The format's per-name cost, or None when it does not render names (see `name_tokens`).
-    pub fn per_name(&self) -> Option<u64> {
-        self.info.framing.name
+    /// `name_tokens` with the name's text tokens from `text_tokens` (called only when the format
+    /// renders names).
+    pub fn name_tokens_with<'t>(&self, name: &'t str, text_tokens: impl FnOnce(&'t str) -> u64) -> u64 {
+        self.info.framing.name.map_or(0, |per_name| per_name + text_tokens(name))
     }
 
     /// Tokens the prompt costs once (begin-of-text, reply priming).
