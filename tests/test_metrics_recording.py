@@ -1,11 +1,13 @@
 """What the metrics record from the diagnostics of real shifts (in process, from the library's own
 results): every fallback to truncate counted by strategy and cause, the other diagnostics only as
-events; and the audit store's operations timed. The server-level counts, a fallback among them,
+events; the audit store's operations and a shift's own time timed. The server-level counts, a fallback among them,
 are in tests/integration/test_metrics.py."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +18,9 @@ from test_strategies import long_chat
 
 import contextshift
 from contextshift import plugins as plugin_host
-from contextshift.api import metrics
+from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api import convert, metrics
+from contextshift.audit.store import ModelConfig, Role
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -125,3 +129,30 @@ def test_store_operations_are_timed() -> None:
     with metrics.observe_store("get_audit"):
         pass
     assert samples()[store] - before.get(store, 0) == 1
+
+
+class SlowConfigStore(convert.NoStore):
+    """A store view whose model configuration takes READ_SECONDS to read, timed as the server's
+    TenantStore times its reads."""
+
+    READ_SECONDS = 0.2
+
+    def __init__(self) -> None:
+        self.read_seconds = 0.0
+
+    def model_config(self, model: str, role: Role) -> ModelConfig | None:
+        time.sleep(self.READ_SECONDS)
+        self.read_seconds += self.READ_SECONDS
+        return None
+
+
+def test_a_shifts_own_time_leaves_its_store_reads_out() -> None:
+    """What contextshift_shift_duration_seconds and an audit's shift_ms report: the shift's time
+    without the store's reads (here a slow configuration read)."""
+    request = pb.ShiftContextRequest(blocks_json=json.dumps(long_chat(6)), model="some-model")
+    store = SlowConfigStore()
+    start = time.perf_counter()
+    shifted = convert.shift(request, request.blocks_json.encode(), convert.BudgetDefaults(None, None), store)
+    elapsed = time.perf_counter() - start
+    assert store.read_seconds == SlowConfigStore.READ_SECONDS
+    assert 0 < shifted.seconds <= elapsed - store.read_seconds

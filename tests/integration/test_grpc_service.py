@@ -871,7 +871,8 @@ def test_log_lines_carry_no_message_content(server: ServerProcess, channel: grpc
     text = server.log_path.read_text()
     assert "bicycle" not in text and "sealant" not in text
     line = next(x for x in reversed(server.log_lines()) if x.get("method", "").endswith("/ShiftContext"))
-    assert {"method", "status", "duration_ms", "blocks", "tokens", "pid"} <= line.keys()
+    assert {"method", "status", "duration_ms", "shift_ms", "blocks", "tokens", "pid"} <= line.keys()
+    assert 0 < line["shift_ms"] <= line["duration_ms"]  # the shift is part of the call
 
 
 def test_concurrent_calls_all_answered(channel: grpc.Channel) -> None:

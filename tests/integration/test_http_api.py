@@ -387,7 +387,8 @@ def test_http_log_lines_carry_no_message_content(server: ServerProcess, http: ht
     assert "bicycle" not in text and "sealant" not in text and "chat-secret-id" not in text
     lines = [line for line in server.log_lines() if line["msg"] == "http"]
     shift = next(line for line in reversed(lines) if line["method"] == "POST /api/v2/context-shift")
-    assert {"method", "status", "duration_ms", "blocks", "tokens", "pid"} <= shift.keys()
+    assert {"method", "status", "duration_ms", "shift_ms", "blocks", "tokens", "pid"} <= shift.keys()
+    assert 0 < shift["shift_ms"] <= shift["duration_ms"]
     assert any(line["method"] == "GET /api/v2/chats/{id}/context-audit" for line in lines)
 
 

@@ -101,6 +101,21 @@ def test_counts_after_known_traffic(fresh: ServerProcess) -> None:
     latency = "contextshift_request_duration_seconds_count"
     assert value(samples, latency, surface="grpc", method=SERVICE + "PreviewContext") == 5
     assert value(samples, latency, surface="http", method=PREVIEW_ROUTE) == 3
+    # The shift's own time: once per successful shift, and never more than the call that ran it.
+    for surface, method, calls in (
+        ("grpc", SERVICE + "PreviewContext", 3),
+        ("grpc", SERVICE + "ShiftContext", 1),
+        ("http", PREVIEW_ROUTE, 2),
+    ):
+        shift = value(samples, "contextshift_shift_duration_seconds_count", surface=surface, method=method)
+        assert shift == calls, (surface, method)
+        shift_seconds = value(
+            samples, "contextshift_shift_duration_seconds_sum", surface=surface, method=method
+        )
+        call_seconds = value(
+            samples, "contextshift_request_duration_seconds_sum", surface=surface, method=method
+        )
+        assert 0 < shift_seconds < call_seconds, (surface, method)
 
     assert value(samples, "contextshift_blocks_total", method=SERVICE + "PreviewContext") == 3 * len(AS_JSON)
     assert value(samples, "contextshift_blocks_total", method=PREVIEW_ROUTE) == 2 * len(AS_JSON)

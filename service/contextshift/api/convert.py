@@ -81,6 +81,11 @@ class StoreView(calibration.CalibrationSource, Protocol):
     history, and calibrations (as its CalibrationSource). Blocking: shifts that read it run on a
     thread."""
 
+    @property
+    def read_seconds(self) -> float:
+        """The time its reads of the store have taken so far (a shift's own time leaves it out)."""
+        ...
+
     def model_config(self, model: str, role: Role) -> ModelConfig | None: ...
 
     def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]: ...
@@ -93,6 +98,8 @@ class StoreView(calibration.CalibrationSource, Protocol):
 class NoStore:
     """The view of a shift that needs nothing stored (names no model, role, chat or history): the
     process's in-memory calibration, which a shift without a model never reads."""
+
+    read_seconds = 0.0
 
     def model_config(self, model: str, role: Role) -> ModelConfig | None:
         return None
@@ -459,12 +466,14 @@ def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.Comp
 @dataclass(frozen=True)
 class Shifted(Generic[R]):
     """A served shift: the request as read (without `blocks_json`), the library's result, the
-    number of blocks it shifted (the stored history's too), and the reply's ContextPlan."""
+    number of blocks it shifted (the stored history's too), the reply's ContextPlan, and the
+    shift's own time (`shift`, without its reads of the store)."""
 
     request: R
     result: ShiftResult
     blocks: int
     plan: EncodedPlan
+    seconds: float
 
 
 def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]:
@@ -482,6 +491,7 @@ def shift(
 ) -> Shifted[R]:
     """Run the shift a ShiftContext or PreviewContext request asks for (as `read_shift_request`
     gives it), with what `store` holds for it."""
+    start, read_before = time.perf_counter(), store.read_seconds
     if request.blocks and blocks_json:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in _OUTPUT_FORMATS:
@@ -521,7 +531,8 @@ def shift(
         raise history.renamed(e, joined.stored if joined else 0, rename) from e
     warnings = [*resolution.warnings, *(joined.warnings if joined else ())]
     encoded = encode_plan(result, budget, warnings, request.output_format)
-    return Shifted(request, result, result.block_count, encoded)
+    seconds = time.perf_counter() - start - (store.read_seconds - read_before)
+    return Shifted(request, result, result.block_count, encoded, seconds)
 
 
 def count(

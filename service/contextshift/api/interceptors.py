@@ -34,6 +34,7 @@ class CallStats:
 
     blocks: int | None = None
     tokens: int | None = None
+    shift_seconds: float | None = None  # a shift's own time (convert.Shifted.seconds)
 
 
 _stats: contextvars.ContextVar[CallStats] = contextvars.ContextVar("contextshift_call_stats")
@@ -87,10 +88,20 @@ def end_call(surface: str, method: str, status: str, start: float, stats: CallSt
         fields["blocks"] = stats.blocks
     if stats.tokens is not None:
         fields["tokens"] = stats.tokens
+    if stats.shift_seconds is not None:
+        fields["shift_ms"] = round(stats.shift_seconds * 1e3, 3)
     if current_tenant():
         fields["tenant"] = current_tenant()
     log.info("rpc" if surface == "grpc" else surface, extra={"fields": fields})
-    metrics.record_call(surface, method, status, seconds, blocks=stats.blocks, tokens=stats.tokens)
+    metrics.record_call(
+        surface,
+        method,
+        status,
+        seconds,
+        blocks=stats.blocks,
+        tokens=stats.tokens,
+        shift_seconds=stats.shift_seconds,
+    )
 
 
 def _authorization(context: aio.ServicerContext[Any, Any]) -> str | None:

@@ -51,6 +51,17 @@ LATENCY = Histogram(
     ["surface", "method"],
     buckets=_LATENCY_BUCKETS,
 )
+# A shift's own time, from a tenth of a millisecond (a short chat) up.
+_SHIFT_BUCKETS = (0.0001, 0.00025, *_LATENCY_BUCKETS)
+SHIFT_LATENCY = Histogram(
+    "contextshift_shift_duration_seconds",
+    "The shift's own time in a successful ShiftContext or PreviewContext call, by surface and RPC or "
+    "route: reading the blocks, counting, the strategy (an LLM's answer included) and encoding the "
+    "plan, without the store's reads. The rest of contextshift_request_duration_seconds is the "
+    "serving around it: gRPC or HTTP, the hop to an engine thread, the audit's write.",
+    ["surface", "method"],
+    buckets=_SHIFT_BUCKETS,
+)
 BLOCKS = Counter("contextshift_blocks", "Blocks shifted or counted, by RPC.", ["method"])
 TOKENS = Counter(
     "contextshift_tokens",
@@ -159,10 +170,13 @@ def record_call(
     *,
     blocks: int | None,
     tokens: int | None,
+    shift_seconds: float | None = None,
 ) -> None:
-    """One call answered."""
+    """One call answered (`shift_seconds`: its shift's own time, for a shift or preview)."""
     _child(REQUESTS, surface, method, status).inc()
     _child(LATENCY, surface, method).observe(seconds)
+    if shift_seconds is not None:
+        _child(SHIFT_LATENCY, surface, method).observe(shift_seconds)
     if blocks is not None:
         _child(BLOCKS, method).inc(blocks)
     if tokens is not None:

@@ -333,6 +333,7 @@ class ContextShiftServicer:
         stats = call_stats()
         stats.blocks = shifted.blocks
         stats.tokens = shifted.result.prompt_tokens
+        stats.shift_seconds = shifted.seconds
         metrics.record_shift(shifted.result.strategy, shifted.result.diagnostics)
 
     def _read_shift(
@@ -374,14 +375,11 @@ class ContextShiftServicer:
                 )
                 shifted = await self._on_thread(work, self._shift_executor(read))
             else:
-                start = time.perf_counter()
                 shifted = await self._shift_cached(read, blocks_json, store, len(request))
                 if audits.stores_generation(shifted):
-                    shift_seconds = time.perf_counter() - start
-                    record = functools.partial(
-                        self._record, store, shifted, generation_id, write, shift_seconds
+                    await self._on_thread(
+                        functools.partial(self._record, store, shifted, generation_id, write)
                     )
-                    await self._on_thread(record)
         except asyncio.CancelledError:
             if write.cancel():  # written, but the reply will not be sent
                 with contextlib.suppress(RuntimeError):  # unless the server is stopping
@@ -402,9 +400,8 @@ class ContextShiftServicer:
         write: audits.AuditWrite,
     ) -> convert.Shifted[pb.ShiftContextRequest]:
         """On an engine thread: the shift with what it reads from the store, then what it writes."""
-        start = time.perf_counter()
         shifted = convert.shift(request, blocks_json, self._defaults, store)
-        self._record(store, shifted, generation_id, write, time.perf_counter() - start - store.read_seconds)
+        self._record(store, shifted, generation_id, write)
         return shifted
 
     def _record(
@@ -413,7 +410,6 @@ class ContextShiftServicer:
         shifted: convert.Shifted[pb.ShiftContextRequest],
         generation_id: str,
         write: audits.AuditWrite,
-        shift_seconds: float,
     ) -> None:
         """On an engine thread: what a shift stores. With a chat: its generation and audit;
         without one: its generation when FinishGeneration can calibrate with it."""
@@ -422,7 +418,7 @@ class ContextShiftServicer:
         created = now_ms()
         payload = None
         if shifted.request.chat_id:
-            timings = pb.AuditTimings(store_read_ms=store.read_seconds * 1e3, shift_ms=shift_seconds * 1e3)
+            timings = pb.AuditTimings(store_read_ms=store.read_seconds * 1e3, shift_ms=shifted.seconds * 1e3)
             payload = audits.encode(shifted, generation_id, created, timings, messages=self._audit_messages)
         if write.begin():
             self._store.record_shift(
