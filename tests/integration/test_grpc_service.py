@@ -140,11 +140,11 @@ def test_shift_context_typed(channel: grpc.Channel) -> None:
 
 
 def test_a_request_over_the_inline_size_is_shifted_on_the_engine_threads(channel: grpc.Channel) -> None:
-    blocks = [{"role": "user" if i % 2 else "assistant", "content": f"message {i} " * 40} for i in range(300)]
+    blocks = [{"role": "user" if i % 2 else "assistant", "content": f"message {i} " * 40} for i in range(900)]
     request = pb.ShiftContextRequest(
         blocks_json=json.dumps(blocks), context_limit=9000, response_reserve=1000
     )
-    assert request.ByteSize() > 64 * 1024  # the default inline_request_bytes
+    assert request.ByteSize() > 256 * 1024  # the default inline_request_bytes
     plan = stub(channel).ShiftContext(request, timeout=10).plan
     lib = contextshift.shift_context(blocks, budget=contextshift.Budget(9000, 1000))
     assert plan.excluded and [d.id for d in plan.kept] == [d.id for d in lib.kept]

@@ -2,8 +2,9 @@
 store call run on a thread pool (the Rust core releases the GIL; sqlite3 and psycopg block), so the
 event loop only moves bytes and the deadline is watched while they work. Requests of at most
 `inline_request_bytes` that need nothing stored are the exception once their profile is loaded:
-their engine work (a fraction of a millisecond) costs less than the hop to a thread, so they run on
-the event loop, to completion.
+their engine work (up to about two milliseconds) costs less than the hop to a thread, so they run
+on the event loop, to completion. The hop is dear under load: the engine thread and the loop hand
+the GIL to each other at every release, and a shift on a thread took twice its time on the loop.
 
 A shift that names a model, profile, role or stored history reads the store: it reads, shifts and
 writes its generation and audit in one call on one thread. A shift that only writes (it names a
