@@ -133,24 +133,21 @@ def _client(
             channel.close()
 
 
-def _split(server: ServerProcess, rpc: str) -> str:
-    """The shares of the RPC's calls each worker process served, from the server's log (both
+def _split(log: list[dict[str, Any]], rpc: str) -> str:
+    """The shares of the RPC's calls each worker process served, from the server's log lines (both
     payload sizes: every call of a client goes over the same connections)."""
-    pids = Counter(line["pid"] for line in server.log_lines() if line.get("method") == METHODS[rpc])
+    pids = Counter(line["pid"] for line in log if line.get("method") == METHODS[rpc])
     total = sum(pids.values())
     return "/".join(f"{100 * n / total:.0f}" for n in sorted(pids.values(), reverse=True))
 
 
-def _server_side(server: ServerProcess, messages: int) -> dict[str, float]:
+def _server_side(log: list[dict[str, Any]], messages: int) -> dict[str, float]:
     """The median, over the ShiftContext calls of `messages` messages, of the server's own time
     for the call (from its interceptor to its answer) and of the shift's own time in it, from the
-    server's log: the rest of the call's time is gRPC, the hops between threads and the client."""
+    server's log lines: the rest of the call's time is gRPC, the hops between threads and the
+    client."""
     blocks = len(json.loads(payload(messages).blocks_json))
-    lines = [
-        line
-        for line in server.log_lines()
-        if line.get("method") == METHODS["shift"] and line.get("blocks") == blocks
-    ]
+    lines = [line for line in log if line.get("method") == METHODS["shift"] and line.get("blocks") == blocks]
     return {
         "server_ms": statistics.median(line["duration_ms"] for line in lines),
         "shift_ms": statistics.median(line["shift_ms"] for line in lines),
@@ -199,14 +196,15 @@ def run(workers_list: list[int], clients: int, rounds: int) -> list[dict[str, An
             try:
                 server.wait_serving(workers)
                 measured = measure(server, _calls, clients, workers, rounds)
+                log = server.log_lines()  # read once: a full run logs tens of thousands of calls
                 for messages in SIZES:
                     for rpc in RPCS:
                         rows.append(
                             {"workers": workers, "clients": clients, "payload_bytes": payload_bytes(messages)}
                             | {"rpc": rpc}
                             | measured[_key(rpc, messages)]
-                            | {"split": _split(server, rpc)}
-                            | (_server_side(server, messages) if rpc == "shift" else {})
+                            | {"split": _split(log, rpc)}
+                            | (_server_side(log, messages) if rpc == "shift" else {})
                         )
             finally:
                 server.terminate()

@@ -170,7 +170,7 @@ def record_call(
     *,
     blocks: int | None,
     tokens: int | None,
-    shift_seconds: float | None = None,
+    shift_seconds: float | None,
 ) -> None:
     """One call answered (`shift_seconds`: its shift's own time, for a shift or preview)."""
     _child(REQUESTS, surface, method, status).inc()
