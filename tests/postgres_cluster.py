@@ -39,24 +39,23 @@ class Cluster:
 
     def restart(self) -> None:
         """Stops the server (every session's connection closed) and starts it again on its port."""
-        restarted = subprocess.run(
-            [
-                *self.control,
-                "-o",
-                self.options,
-                "-l",
-                str(self.log),
-                "-m",
-                "fast",
-                "-w",
-                "-t",
-                "60",
-                "restart",
-            ],
+        self._control("restart")
+
+    def stop(self) -> None:
+        """Stops the server: every session's connection closed, new ones refused."""
+        self._control("stop")
+
+    def start(self) -> None:
+        """Starts the stopped server again on its port."""
+        self._control("start")
+
+    def _control(self, action: str) -> None:
+        done = subprocess.run(
+            [*self.control, "-o", self.options, "-l", str(self.log), "-m", "fast", "-w", "-t", "60", action],
             capture_output=True,
             text=True,
         )
-        assert restarted.returncode == 0, f"PostgreSQL did not restart: {restarted.stdout}{restarted.stderr}"
+        assert done.returncode == 0, f"PostgreSQL did not {action}: {done.stdout}{done.stderr}"
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{ADMIN}@127.0.0.1:{self.port}/{database}"

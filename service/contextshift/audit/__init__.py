@@ -26,14 +26,17 @@ def redacted(url: str) -> str:
     return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
-def open_store(url: str, *, pool_size: int = 4) -> Store:
-    """The store `url` names, not connected yet (each process connects on first use). Raises
-    StoreConfigError for an unknown scheme or a malformed URL."""
+def open_store(
+    url: str, *, pool_size: int = 4, max_bytes: int | None = None, reserve_bytes: int = 0
+) -> Store:
+    """The store `url` names, not connected yet (each process connects on first use), refusing new
+    data past `max_bytes` of it and, for SQLite, with less than `reserve_bytes` free on its disk
+    (see `Store`). Raises StoreConfigError for an unknown scheme or a malformed URL."""
     if url.startswith(POSTGRES_PREFIXES):
         from contextshift.audit.postgres import PostgresStore  # psycopg loads only for PostgreSQL
 
         _check_postgres_url(url)
-        return PostgresStore(url, pool_size=pool_size)
+        return PostgresStore(url, pool_size=pool_size, max_bytes=max_bytes)
     if url.startswith(SQLITE_PREFIX):
         from contextshift.audit.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
 
@@ -50,7 +53,11 @@ def open_store(url: str, *, pool_size: int = 4) -> Store:
         if not timeout.isdigit():
             raise StoreConfigError(f"store URL {url!r}: busy_timeout_ms must be a number of milliseconds")
         return SqliteStore(
-            Path(path), synchronous=options.get("synchronous", "normal").lower(), busy_timeout_ms=int(timeout)
+            Path(path),
+            synchronous=options.get("synchronous", "normal").lower(),
+            busy_timeout_ms=int(timeout),
+            max_bytes=max_bytes,
+            reserve_bytes=reserve_bytes,
         )
     scheme = url.partition(":")[0] if ":" in url else url
     raise StoreConfigError(

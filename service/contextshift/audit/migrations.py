@@ -1,7 +1,7 @@
 """The store's schema, as numbered migrations shared by SQLite and PostgreSQL.
 
 Each migration is a list of statements in the SQL both databases speak; `{blob}` stands for the
-binary type (BLOB, BYTEA). A store applies the migrations it has not applied yet, in order, in one
+binary type (BLOB, BYTEA) and `{now_ms}` for the time the migration runs. A store applies the migrations it has not applied yet, in order, in one
 transaction that also records them in `contextshift_schema` (DDL is transactional in both), under
 a lock (SQLite's write lock, a PostgreSQL advisory lock), so processes starting together apply each
 migration once. Never edit an applied migration: add the next one.
@@ -19,6 +19,10 @@ class Migration:
     version: int
     description: str
     statements: tuple[str, ...]
+    postgres: tuple[str, ...] = ()  # run by PostgreSQL only, after the statements
+
+    def for_dialect(self, dialect: str) -> tuple[str, ...]:
+        return self.statements + (self.postgres if dialect == "postgresql" else ())
 
 
 SCHEMA_TABLE = """CREATE TABLE IF NOT EXISTS contextshift_schema (
@@ -100,6 +104,71 @@ MIGRATIONS = (
                 PRIMARY KEY (tenant, model)
             )""",
             "CREATE UNIQUE INDEX model_configs_by_role ON model_configs (tenant, role) WHERE role <> ''",
+        ),
+    ),
+    Migration(
+        2,
+        "chat_histories: when each chat's stored history was last appended to (chat_retention_days)",
+        (
+            # One row per chat with a stored history. A chat's last shift is its audit's
+            # generation's created_ms; its last append is here.
+            """CREATE TABLE chat_histories (
+                tenant TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                appended_ms BIGINT NOT NULL,
+                PRIMARY KEY (tenant, chat_id)
+            )""",
+            "CREATE INDEX chat_histories_by_age ON chat_histories (appended_ms)",
+            # Histories stored before count as appended to when this migration ran.
+            "INSERT INTO chat_histories (tenant, chat_id, appended_ms) "
+            "SELECT DISTINCT tenant, chat_id, {now_ms} FROM chat_blocks",
+        ),
+        postgres=(
+            # The bytes of audits and history blocks, kept up to date by the statements that write
+            # and delete them (max_store_bytes; a SQLite store counts its pages in use instead).
+            # Split in shards, one per backend process (mod 64), so writers on different
+            # connections never wait for each other's counts.
+            "CREATE TABLE store_usage (shard INTEGER PRIMARY KEY, bytes BIGINT NOT NULL)",
+            """CREATE FUNCTION contextshift_count_bytes() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE
+                delta BIGINT := 0;
+            BEGIN
+                -- The triggers name their transition tables `added` and `removed`.
+                IF TG_TABLE_NAME = 'audits' THEN
+                    IF TG_OP <> 'DELETE' THEN
+                        delta := delta + (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM added);
+                    END IF;
+                    IF TG_OP <> 'INSERT' THEN
+                        delta := delta - (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM removed);
+                    END IF;
+                ELSE
+                    IF TG_OP <> 'DELETE' THEN
+                        delta := delta + (SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM added);
+                    END IF;
+                    IF TG_OP <> 'INSERT' THEN
+                        delta := delta - (SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM removed);
+                    END IF;
+                END IF;
+                IF delta <> 0 THEN
+                    INSERT INTO store_usage (shard, bytes) VALUES (pg_backend_pid() & 63, delta)
+                    ON CONFLICT (shard) DO UPDATE SET bytes = store_usage.bytes + excluded.bytes;
+                END IF;
+                RETURN NULL;
+            END
+            $$""",
+            *(
+                f"CREATE TRIGGER {table}_{event.lower()}_bytes AFTER {event} ON {table} "
+                f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION contextshift_count_bytes()"
+                for table in ("audits", "chat_blocks")
+                for event, tables in (
+                    ("INSERT", "NEW TABLE AS added"),
+                    ("UPDATE", "OLD TABLE AS removed NEW TABLE AS added"),
+                    ("DELETE", "OLD TABLE AS removed"),
+                )
+            ),
+            "INSERT INTO store_usage (shard, bytes) SELECT 0, "
+            "(SELECT COALESCE(SUM(octet_length(payload)), 0) FROM audits) + "
+            "(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM chat_blocks)",
         ),
     ),
 )

@@ -3,6 +3,8 @@
 A backend gives `_run(work, write)`: it runs `work(tx)` in one transaction (a write transaction
 holds the write lock from its first statement: SQLite `BEGIN IMMEDIATE`; PostgreSQL locks the rows
 `tx.locked` reads) and commits, or rolls back when `work` raises. Statements use `?` placeholders.
+A write that adds data claims room for it first (`tx.claim`), which the backend grants or refuses
+(`StoreFull`) from what it knows of its size and its disk.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from contextshift.audit.store import (
     StoreConfigError,
     StoredAudit,
     StoredBlock,
+    Usage,
     now_ms,
 )
 from contextshift.calibration import Calibration
@@ -76,6 +79,22 @@ _AUDIT = (
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
 )
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
+# The room a shift's generation claims without an audit: one row.
+GENERATION_BYTES = 128
+# Chats idle since a time: an old last shift and no newer append, or an old last append and no
+# newer shift (each side found through its index on time).
+_IDLE_CHATS = (
+    "SELECT a.tenant, a.chat_id FROM generations g JOIN audits a "
+    "ON a.tenant = g.tenant AND a.generation_id = g.generation_id WHERE g.created_ms < ? "
+    "AND NOT EXISTS (SELECT 1 FROM chat_histories h WHERE h.tenant = a.tenant AND h.chat_id = a.chat_id "
+    "AND h.appended_ms >= ?) "
+    "UNION SELECT h.tenant, h.chat_id FROM chat_histories h WHERE h.appended_ms < ? "
+    "AND NOT EXISTS (SELECT 1 FROM audits a JOIN generations g "
+    "ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
+    "WHERE a.tenant = h.tenant AND a.chat_id = h.chat_id AND g.created_ms >= ?) "
+    "LIMIT ?"
+)
+_CHATS = "SELECT COUNT(*) FROM (SELECT tenant, chat_id FROM audits UNION SELECT tenant, chat_id FROM chat_histories) c"
 
 
 class Tx(Protocol):
@@ -98,6 +117,11 @@ class Tx(Protocol):
         """Holds a lock on `key` until the transaction ends, so transactions about the same thing
         (a chat with no rows yet, the schema) queue (PostgreSQL advisory locks; a SQLite write
         transaction holds the whole database already)."""
+        ...
+
+    def claim(self, nbytes: int) -> None:
+        """Room for `nbytes` more bytes of data in this write, or `StoreFull` (the transaction
+        then rolls back whole)."""
         ...
 
 
@@ -130,6 +154,21 @@ def chat_key(tenant: str, chat_id: str) -> str:
     return f"chat\x1f{tenant}\x1f{chat_id}"
 
 
+def _used_since(tx: Tx, tenant: str, chat_id: str, since_ms: int) -> bool:
+    """Whether the chat was shifted or appended to since `since_ms`, in a transaction holding the
+    chat's lock. Its audit row is locked first: a shift of the chat committing meanwhile is waited
+    for and then seen (its generation read afterwards, by a statement of its own)."""
+    key = (tenant, chat_id)
+    current = tx.locked("SELECT generation_id FROM audits WHERE tenant = ? AND chat_id = ?", key)
+    times = tx.rows("SELECT appended_ms FROM chat_histories WHERE tenant = ? AND chat_id = ?", key)
+    if current:
+        times += tx.rows(
+            "SELECT created_ms FROM generations WHERE tenant = ? AND generation_id = ?",
+            (tenant, current[0][0]),
+        )
+    return any(used_ms >= since_ms for (used_ms,) in times)
+
+
 def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
     """The parameters of `RECORD_GENERATION`."""
     return (
@@ -147,11 +186,23 @@ def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
 class SqlStore(ABC):
     """Everything but connections and transactions; see `contextshift.audit.store.Store`."""
 
-    # The binary column type of this database, for the migrations' `{blob}`.
+    # The database's name for its migrations (`Migration.for_dialect`), and its binary column type,
+    # for their `{blob}`.
+    dialect: str
     blob_type: str
+    # A statement counting the tables of the given name in the store's schema (0 or 1).
+    table_exists: str
 
     @abstractmethod
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T: ...
+
+    @abstractmethod
+    def _data_bytes(self, tx: Tx) -> int:
+        """The data the store holds, as `max_store_bytes` counts it."""
+
+    def _disk_free_bytes(self) -> int | None:
+        """Free bytes on the disk under the store, where the store can see it."""
+        return None
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
         """One read statement. A backend may run it without BEGIN and COMMIT (one statement reads
@@ -171,8 +222,8 @@ class SqlStore(ABC):
                     f"knows (up to {LATEST}): upgrade contextshift"
                 )
             for migration in MIGRATIONS[current:]:
-                for statement in migration.statements:
-                    tx.run(statement.format(blob=self.blob_type))
+                for statement in migration.for_dialect(self.dialect):
+                    tx.run(statement.format(blob=self.blob_type, now_ms=now_ms()))
                 tx.run(
                     "INSERT INTO contextshift_schema (version, description, applied_ms) VALUES (?, ?, ?)",
                     (migration.version, migration.description, now_ms()),
@@ -180,6 +231,24 @@ class SqlStore(ABC):
             return LATEST
 
         return self._run(work, write=True)
+
+    def schema_version(self) -> int:
+        def work(tx: Tx) -> int:
+            ((tables,),) = tx.rows(self.table_exists, ("contextshift_schema",))
+            if not tables:
+                return 0
+            ((version,),) = tx.rows("SELECT COALESCE(MAX(version), 0) FROM contextshift_schema")
+            return int(version)
+
+        return self._run(work, write=False)
+
+    def usage(self) -> Usage:
+        def work(tx: Tx) -> tuple[int, int]:
+            ((chats,),) = tx.rows(_CHATS)
+            return self._data_bytes(tx), int(chats)
+
+        data_bytes, chats = self._run(work, write=False)
+        return Usage(data_bytes, chats, self._disk_free_bytes())
 
     def problems(self) -> list[str]:
         def work(tx: Tx) -> list[str]:
@@ -201,6 +270,11 @@ class SqlStore(ABC):
             )
             if orphans:
                 found.append(f"{orphans} stored counts of no stored block")
+            for tenant, chat_id in tx.rows(
+                "SELECT DISTINCT b.tenant, b.chat_id FROM chat_blocks b LEFT JOIN chat_histories h "
+                "ON h.tenant = b.tenant AND h.chat_id = b.chat_id WHERE h.chat_id IS NULL"
+            ):
+                found.append(f"history of chat {chat_id!r} (tenant {tenant!r}) has no append time")
             return found
 
         return self._run(work, write=False)
@@ -218,6 +292,7 @@ class SqlStore(ABC):
         g = generation
 
         def work(tx: Tx) -> None:
+            tx.claim(GENERATION_BYTES if audit is None else len(audit))
             if not tx.run(RECORD_GENERATION, generation_params(tenant, g)):
                 raise GenerationIdInUse(g.generation_id)
             if audit is not None:
@@ -310,19 +385,26 @@ class SqlStore(ABC):
         rows = self._query(_AUDIT, (tenant, chat_id))
         return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
 
-    def delete_chat(self, tenant: str, chat_id: str) -> bool:
+    def delete_chat(self, tenant: str, chat_id: str, *, idle_before_ms: int | None = None) -> bool:
         def work(tx: Tx) -> bool:
             # An append in progress finishes first: deleted under it, its blocks would land past
             # positions that no longer exist (a history with a gap).
             tx.lock(chat_key(tenant, chat_id))
             key = (tenant, chat_id)
+            if idle_before_ms is not None and _used_since(tx, tenant, chat_id, idle_before_ms):
+                return False
             deleted = tx.run("DELETE FROM audits WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM generations WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM chat_block_counts WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM chat_blocks WHERE tenant = ? AND chat_id = ?", key)
+            tx.run("DELETE FROM chat_histories WHERE tenant = ? AND chat_id = ?", key)
             return deleted > 0
 
         return self._run(work, write=True)
+
+    def idle_chats(self, before_ms: int, limit: int) -> list[tuple[str, str]]:
+        rows = self._query(_IDLE_CHATS, (before_ms, before_ms, before_ms, before_ms, limit))
+        return [(tenant, chat_id) for tenant, chat_id in rows]
 
     def append_blocks(self, tenant: str, chat_id: str, profile: str, prepare: PrepareBlocks) -> int:
         def work(tx: Tx) -> int:
@@ -331,7 +413,13 @@ class SqlStore(ABC):
                 StoredBlock(text, tokens) for text, tokens in tx.rows(_HISTORY, (profile, tenant, chat_id))
             ]
             new = prepare(stored)
+            tx.claim(sum(len(block.json.encode()) for block in new))
             start = len(stored)
+            tx.run(
+                "INSERT INTO chat_histories (tenant, chat_id, appended_ms) VALUES (?, ?, ?) "
+                "ON CONFLICT (tenant, chat_id) DO UPDATE SET appended_ms = excluded.appended_ms",
+                (tenant, chat_id, now_ms()),
+            )
             tx.run_many(
                 "INSERT INTO chat_blocks (tenant, chat_id, position, block_json) VALUES (?, ?, ?, ?)",
                 [(tenant, chat_id, start + i, block.json) for i, block in enumerate(new)],

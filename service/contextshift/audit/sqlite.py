@@ -10,6 +10,14 @@
   taken at the start, so a read-modify-write never sees its input change underneath, and two writers
   never deadlock upgrading from read to write.
 - `foreign_keys=ON` and the busy timeout (`?busy_timeout_ms=`, default 5000) on every connection.
+- Room: a write that adds data (`Tx.claim`) is refused (`StoreFull`) unless it fits both under
+  `max_store_bytes`, counted as the database's pages in use (`page_count - freelist_count`: the
+  pages a deletion frees are reused before the file grows), and in the disk's free space above
+  `reserve_bytes`, which stays free for what must work on a full store: deletions, reports, and
+  the WAL and its checkpoints. SQLite then holds the line itself: the write runs with
+  `max_page_count` set to that room (plus a few pages for the b-trees' own splits), so a write
+  that needs more fails inside SQLite (SQLITE_FULL) and rolls back whole, as it does when the disk
+  itself runs out.
 - Connections are opened lazily by the process that uses them: one per thread for reads, and one
   per process for writes, which the process's writers take in turn (SQLite lets one writer at a
   time in anyway; the one connection keeps its page cache, where connections taking turns would
@@ -19,48 +27,80 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from contextshift.audit.sql import Row, SqlStore, Tx
-from contextshift.audit.store import StoreConfigError, StoreUnavailable
+from contextshift.audit.store import FullCause, StoreConfigError, StoreFull, StoreUnavailable
 
 T = TypeVar("T")
 
 SYNCHRONOUS = ("normal", "full")
 DEFAULT_BUSY_TIMEOUT_MS = 5000
+# Pages a claimed write may add beyond the room for its data: the b-trees' own pages (a split
+# leaf or index page in each table the write touches), so the write a deletion made room for fits.
+HEADROOM_PAGES = 16
+UNLIMITED_PAGES = 4294967294  # SQLite's largest max_page_count
+# How long folding the WAL back into the database waits for readers to move to the latest snapshot.
+FOLD_BUSY_TIMEOUT_MS = 200
+
+
+def disk_free_bytes(folder: Path) -> int:
+    """Bytes an unprivileged writer may still take on the filesystem holding `folder`."""
+    found = os.statvfs(folder)
+    return found.f_bavail * found.f_frsize
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class _Tx:
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self._connection = connection
+    def __init__(self, connection: sqlite3.Connection, claim: Callable[[int], None] | None = None) -> None:
+        self.connection = connection
+        self._claim = claim
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return self._connection.execute(sql, params).fetchall()
+        return self.connection.execute(sql, params).fetchall()
 
     def locked(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.rows(sql, params)  # a write transaction holds the database's write lock
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._connection.execute(sql, params).rowcount
+        return self.connection.execute(sql, params).rowcount
 
     def run_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        self._connection.executemany(sql, params)
+        self.connection.executemany(sql, params)
 
     def lock(self, key: str) -> None:
         pass  # a write transaction holds the database's write lock
 
+    def claim(self, nbytes: int) -> None:
+        if self._claim is None:
+            raise AssertionError("room is claimed by write transactions only")
+        self._claim(nbytes)
+
 
 class SqliteStore(SqlStore):
+    dialect = "sqlite"
     blob_type = "BLOB"
+    table_exists = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?"
 
     def __init__(
-        self, path: Path, *, synchronous: str = "normal", busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+        self,
+        path: Path,
+        *,
+        synchronous: str = "normal",
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        max_bytes: int | None = None,
+        reserve_bytes: int = 0,
+        disk_free: Callable[[Path], int] = disk_free_bytes,
     ) -> None:
         if synchronous not in SYNCHRONOUS:
             raise StoreConfigError(
@@ -69,6 +109,9 @@ class SqliteStore(SqlStore):
         self.path = path
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
+        self._max_bytes = max_bytes
+        self._reserve_bytes = reserve_bytes
+        self._disk_free = disk_free
         self._local = threading.local()
         self._lock = threading.RLock()
         # Every connection opened, with the process that opened it (the only one that may close it).
@@ -114,27 +157,86 @@ class SqliteStore(SqlStore):
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
         if not write:
-            return self._transaction(self._connection(), work, write=False)
+            with self._errors(None):
+                return self._transaction(_Tx(self._connection()), work, "BEGIN")
         lock, connection = self._write_connection()
-        with lock:
-            return self._transaction(connection, work, write=True)
+        claimed: list[FullCause] = []  # what limits the write, once it claimed room
+        with lock, self._errors(claimed):
+            self._fold_wal_when_short(connection)
+            try:
+                claim = functools.partial(self._claim, connection, claimed)
+                return self._transaction(_Tx(connection, claim), work, "BEGIN IMMEDIATE")
+            finally:
+                if claimed:  # the next write on this connection claims its own room
+                    connection.execute(f"PRAGMA max_page_count = {UNLIMITED_PAGES}")
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
         # Autocommit: the statement is its own read transaction (no BEGIN and COMMIT to run).
-        with _unavailable_on_error(self.path):
+        with self._errors(None):
             return _Tx(self._connection()).rows(sql, params)
 
-    def _transaction(self, connection: sqlite3.Connection, work: Callable[[Tx], T], *, write: bool) -> T:
-        with _unavailable_on_error(self.path):
-            connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            try:
-                result = work(_Tx(connection))
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
-            return result
+    @staticmethod
+    def _transaction(tx: _Tx, work: Callable[[Tx], T], begin: str) -> T:
+        connection = tx.connection
+        connection.execute(begin)
+        try:
+            result = work(tx)
+            connection.execute("COMMIT")
+        except BaseException:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise
+        return result
+
+    def _fold_wal_when_short(self, connection: sqlite3.Connection) -> None:
+        """Before a write, when the disk's free space above the reserve is down to less than the
+        WAL takes: the WAL copied into the database and truncated, giving back to the disk all it
+        took but the pages the database keeps. (Left alone, the WAL grows until the next automatic
+        checkpoint, 1000 pages, and keeps its size after, eating the room a deletion made.)"""
+        wal = _file_bytes(Path(f"{self.path}-wal"))
+        if not wal or self._disk_free(self.path.parent) - self._reserve_bytes >= wal:
+            return
+        connection.execute(f"PRAGMA busy_timeout = {FOLD_BUSY_TIMEOUT_MS}")
+        try:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.OperationalError:
+            pass  # readers held it back, or the disk has no room for it: the claim sees what is left
+        finally:
+            connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+
+    def _claim(self, connection: sqlite3.Connection, claimed: list[FullCause], nbytes: int) -> None:
+        """Grants `nbytes` of room to the write in progress on `connection` (see the module's
+        doc), or raises StoreFull."""
+        page_size, pages, free_pages = _pages(connection)
+        used = (pages - free_pages) * page_size
+        free = self._disk_free(self.path.parent)
+        # Pages committed to the WAL but not yet copied into the file take disk at the checkpoint.
+        unwritten = max(0, pages * page_size - _file_bytes(self.path))
+        room, cause = free - self._reserve_bytes - unwritten + free_pages * page_size, FullCause.DISK_RESERVE
+        if self._max_bytes is not None and self._max_bytes - used < room:
+            room, cause = self._max_bytes - used, FullCause.MAX_STORE_BYTES
+        if nbytes > room:
+            if cause is FullCause.MAX_STORE_BYTES:
+                why = f"its data takes {mib(used)} of max_store_bytes {mib(self._max_bytes or 0)}"
+            else:
+                why = (
+                    f"the disk under it ({self.path.parent}) has {mib(free)} free, and "
+                    f"store_reserve_bytes keeps {mib(self._reserve_bytes)} of it for deletions, "
+                    "reports and the journal"
+                )
+            raise StoreFull(self.description, cause, f"{why}; this write needs {nbytes} bytes more")
+        claimed.append(cause)
+        # The file may grow by the room its free pages do not cover, and the b-trees' splits.
+        growth = max(0, room - free_pages * page_size) // page_size + HEADROOM_PAGES
+        connection.execute(f"PRAGMA max_page_count = {pages + growth}")
+
+    def _data_bytes(self, tx: Tx) -> int:
+        """The pages in use: what the file holds but the pages a deletion freed (reused first)."""
+        page_size, pages, free_pages = _pages(cast(_Tx, tx).connection)
+        return (pages - free_pages) * page_size
+
+    def _disk_free_bytes(self) -> int | None:
+        return self._disk_free(self.path.parent)
 
     def problems(self) -> list[str]:
         connection = self._connection()
@@ -152,15 +254,36 @@ class SqliteStore(SqlStore):
             if pid == os.getpid():  # a parent's, inherited through a fork, is the parent's to close
                 connection.close()
 
+    @contextmanager
+    def _errors(self, claimed: list[FullCause] | None) -> Iterator[None]:
+        """SQLite's operational errors say the store cannot serve now, and the transaction was
+        rolled back: a full database or disk (SQLITE_FULL: past the room a write claimed, or the
+        disk itself full) is StoreFull; the others (locked past the busy timeout, I/O, a file that
+        is not a database) StoreUnavailable. Others (constraint violations, misuse) are bugs and
+        pass through."""
+        try:
+            yield
+        except sqlite3.DatabaseError as e:
+            if not isinstance(e, sqlite3.OperationalError) and type(e) is not sqlite3.DatabaseError:
+                raise
+            if e.sqlite_errorcode == sqlite3.SQLITE_FULL:
+                cause = claimed[0] if claimed else FullCause.DISK
+                where = f"the disk under it ({self.path.parent}) has {mib(self._disk_free(self.path.parent))} free"
+                raise StoreFull(self.description, cause, f"SQLite: {e} ({where})") from e
+            raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
 
-@contextmanager
-def _unavailable_on_error(path: Path) -> Iterator[None]:
-    """SQLite's operational errors (locked past the busy timeout, disk full, I/O, a file that is
-    not a database) say the store cannot serve now; the transaction was rolled back. Others
-    (constraint violations, misuse) are bugs and pass through."""
+
+def _pages(connection: sqlite3.Connection) -> tuple[int, int, int]:
+    """Page size, pages in the database, pages on its free list."""
+    page_size, pages, free_pages = (
+        int(connection.execute(f"PRAGMA {name}").fetchone()[0])
+        for name in ("page_size", "page_count", "freelist_count")
+    )
+    return page_size, pages, free_pages
+
+
+def _file_bytes(path: Path) -> int:
     try:
-        yield
-    except sqlite3.DatabaseError as e:
-        if not isinstance(e, sqlite3.OperationalError) and type(e) is not sqlite3.DatabaseError:
-            raise
-        raise StoreUnavailable(f"SQLite store {path}: {e}") from e
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0

@@ -6,6 +6,12 @@ rows, whatever ids another tenant uses.
 Calls block (sqlite3 and psycopg are synchronous): callers run them on a thread, never on an event
 loop. Each call is one transaction; a read-modify-write holds the write lock (SQLite `BEGIN
 IMMEDIATE`, PostgreSQL row locks) from its read to its commit.
+
+Room: writes that add data (a shift's generation and audit, appended blocks) claim room for it
+first, and are refused whole (`StoreFull`) when the store has none: past `max_store_bytes`, or, for
+SQLite, with the disk under it down to its reserve. Writes that add nothing to speak of (reports,
+deletions, model configurations, migrations) are never refused for room, so a full store can
+still be finished with and made room in.
 """
 
 from __future__ import annotations
@@ -107,6 +113,15 @@ class ModelConfig:
     updated_ms: int = 0
 
 
+@dataclass(frozen=True)
+class Usage:
+    """How much the store holds (the gauges of /metrics, `contextshift store check`)."""
+
+    data_bytes: int  # what max_store_bytes counts (SQLite: pages in use; PostgreSQL: see postgres.py)
+    chats: int  # chats with an audit or a stored history
+    disk_free_bytes: int | None = None  # SQLite: free on the filesystem that holds it
+
+
 # --- errors -------------------------------------------------------------------------------------
 
 
@@ -116,6 +131,28 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached, or stayed locked past its timeout: nothing was written."""
+
+
+class FullCause(StrEnum):
+    """What a full store ran out of (a label of metrics, and the error's metadata)."""
+
+    MAX_STORE_BYTES = "max_store_bytes"  # its data reached the setting
+    DISK_RESERVE = "store_reserve_bytes"  # the free disk under it is down to the reserve (SQLite)
+    DISK = "disk"  # the database itself found the disk full
+
+
+class StoreFull(StoreError):
+    """The store has no room for new data: its data reached `max_store_bytes`, or the disk under
+    it is down to its reserve (or full). Nothing was written; reads, reports and deletions still
+    work, and each deletion makes room."""
+
+    def __init__(self, store: str, cause: FullCause, why: str) -> None:
+        super().__init__(
+            f"the store ({store}) is full: {why}. New audits and appended blocks are refused until "
+            "there is room: delete chats (DeleteChat, or chat_retention_days), raise max_store_bytes "
+            "or free disk space; previews, reads, FinishGeneration and DeleteChat still work"
+        )
+        self.cause = cause
 
 
 class StoreConfigError(StoreError):
@@ -169,6 +206,8 @@ PrepareBlocks = Callable[[Sequence[StoredBlock]], Sequence[StoredBlock]]
 class Store(Protocol):
     """The audit store. See the module docstring for tenants, threads and transactions."""
 
+    dialect: str  # the database: "sqlite" or "postgresql"
+
     @property
     def description(self) -> str:
         """The store's kind and location for logs (no password)."""
@@ -180,6 +219,12 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def schema_version(self) -> int:
+        """The schema version the store is at (0: none yet), read without migrating."""
+        ...
+
+    def usage(self) -> Usage: ...
 
     def problems(self) -> list[str]:
         """Integrity problems found (empty when none): the database's own check where it has one,
@@ -209,9 +254,15 @@ class Store(Protocol):
     # Audits and chats.
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None: ...
 
-    def delete_chat(self, tenant: str, chat_id: str) -> bool:
+    def delete_chat(self, tenant: str, chat_id: str, *, idle_before_ms: int | None = None) -> bool:
         """Deletes the chat's audit, generations, stored history and stored counts; False when
-        there was nothing."""
+        there was nothing. With `idle_before_ms` (retention), only when the chat was neither
+        shifted nor appended to since then, checked in the deletion's transaction."""
+        ...
+
+    def idle_chats(self, before_ms: int, limit: int) -> list[tuple[str, str]]:
+        """Up to `limit` chats (tenant, chat id) neither shifted nor appended to since
+        `before_ms`."""
         ...
 
     def append_blocks(self, tenant: str, chat_id: str, profile: str, prepare: PrepareBlocks) -> int:
