@@ -1,5 +1,5 @@
 """The server's caches of store reads: model reads kept for `store_cache_seconds` (absent ones too),
-bounded, dropped when a configuration changes; a chat's last prompt kept as its audit records it,
+bounded, dropped when a configuration changes, serving on while the store is down; a chat's last prompt kept as its audit records it,
 and read afresh once another process replaced that audit."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from contextshift.api import audits, convert
 from contextshift.api.read_cache import CacheMiss, ReadCache
 from contextshift.api.servicer import Caches, ContextShiftServicer, TenantStore
 from contextshift.audit.sqlite import SqliteStore
+from contextshift.audit.store import StoreUnavailable
 
 
 @pytest.fixture
@@ -34,6 +35,22 @@ def test_reads_are_kept_for_their_time_absent_ones_too() -> None:
     time.sleep(0.25)
     with pytest.raises(CacheMiss):
         cache.get(("config", "t", "m"), None)
+
+
+def test_while_the_store_is_down_the_last_read_serves_on() -> None:
+    cache = ReadCache(0.05)
+    assert cache.get(("config", "t", "m"), lambda: "stored") == "stored"
+    time.sleep(0.1)
+
+    def down() -> str:
+        raise StoreUnavailable("the database is down")
+
+    assert cache.get(("config", "t", "m"), down, stale_on=StoreUnavailable) == "stored"  # however old
+    with pytest.raises(StoreUnavailable):
+        cache.get(("config", "t", "m"), down)  # only for what the caller names
+    with pytest.raises(StoreUnavailable):
+        cache.get(("config", "t", "never-read"), down, stale_on=StoreUnavailable)
+    assert cache.get(("config", "t", "m"), lambda: "changed", stale_on=StoreUnavailable) == "changed"
 
 
 def test_the_cache_is_bounded_and_forgets_a_kind() -> None:

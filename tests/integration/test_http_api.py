@@ -354,7 +354,7 @@ def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp
     # none answers 501.
     for op in OPERATIONS:
         responses = document["paths"][op.path][op.http_method.lower()]["responses"]
-        assert set(responses) == {"200", "400", "401", "404", "409", "413", "422", "429", "500", "503"}
+        assert set(responses) == {"200", "400", "401", "404", "409", "413", "422", "429", "500", "503", "507"}
 
 
 def test_answers_match_the_documented_schemas(http: httpx.Client) -> None:

@@ -185,6 +185,34 @@ SETTINGS = [
         1,
     ),
     Setting(
+        "max_store_bytes",
+        int,
+        None,
+        "CONTEXTSHIFT_MAX_STORE_BYTES",
+        "the most data the store may hold (SQLite: its pages in use; PostgreSQL: its audits' and "
+        "history blocks' bytes): past it, new audits and appended blocks are refused with "
+        "RESOURCE_EXHAUSTED (HTTP 507) until chats are deleted (none: no limit)",
+        1,
+    ),
+    Setting(
+        "store_reserve_bytes",
+        int,
+        64 * 1024 * 1024,
+        "CONTEXTSHIFT_STORE_RESERVE_BYTES",
+        "SQLite: disk space kept free under the store for deletions, reports and the journal: new "
+        "audits and appended blocks are refused when they would leave less free (0: none kept)",
+        0,
+    ),
+    Setting(
+        "chat_retention_days",
+        float,
+        None,
+        "CONTEXTSHIFT_CHAT_RETENTION_DAYS",
+        "chats neither shifted nor appended to for this long are deleted in the background, each "
+        "as DeleteChat deletes it (none: kept until deleted)",
+        0.00001,
+    ),
+    Setting(
         "bench_echo", bool, False, "CONTEXTSHIFT_BENCH_ECHO", "also serve the benchmark-only EchoService"
     ),
     # LLM compaction (strategy llm-compact): an OpenAI-compatible Chat Completions endpoint.
@@ -258,6 +286,9 @@ class ServerConfig:
     model_config_file: str | None
     store_cache_seconds: float
     generation_retention_hours: int
+    max_store_bytes: int | None
+    store_reserve_bytes: int
+    chat_retention_days: float | None
     bench_echo: bool
     compact_url: str | None
     compact_model: str | None

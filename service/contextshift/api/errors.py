@@ -10,10 +10,17 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from contextshift.audit.store import AlreadyFinished, GenerationIdInUse, StaleGeneration, StoreUnavailable
+from contextshift.audit.store import (
+    AlreadyFinished,
+    GenerationIdInUse,
+    StaleGeneration,
+    StoreFull,
+    StoreUnavailable,
+)
 from contextshift.errors import FieldViolation, InvalidInput, TokenBudgetExceeded
 
 DOMAIN = "contextshift.v1"
+STORE_FULL = "STORE_FULL"  # the ErrorInfo reason of a write refused for want of room
 
 # Library field paths that name request fields by another name.
 _FIELD_NAMES = {
@@ -98,6 +105,12 @@ def status_for(error: Exception) -> grpc.Status | None:
     if isinstance(error, GenerationIdInUse):
         metadata = {"generation_id": error.generation_id}
         return _with_reason(grpc.StatusCode.ALREADY_EXISTS, str(error), "GENERATION_ID_IN_USE", metadata)
+    if isinstance(error, StoreFull):
+        # RESOURCE_EXHAUSTED, not UNAVAILABLE: retrying the same call does not help until room is
+        # made (AIP-193).
+        return _with_reason(
+            grpc.StatusCode.RESOURCE_EXHAUSTED, str(error), STORE_FULL, {"cause": error.cause}
+        )
     if isinstance(error, StoreUnavailable):
         return _status(grpc.StatusCode.UNAVAILABLE, f"the store is unavailable: {error}")
     if isinstance(error, InvalidInput):

@@ -34,7 +34,7 @@ from starlette.staticfiles import StaticFiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import metrics, openapi
 from contextshift.api.auth import ApiKeys, authenticate
-from contextshift.api.errors import RequestError, invalid
+from contextshift.api.errors import STORE_FULL, RequestError, invalid
 from contextshift.api.interceptors import begin_call_stats, end_call, error_status
 from contextshift.api.servicer import ENCODED_METHODS, Context, ContextShiftServicer
 
@@ -253,6 +253,8 @@ def http_status_of(status: grpc.Status, body: dict[str, Any]) -> int:
         and body["error"].get("reason") != "TOKEN_BUDGET_EXCEEDED"
     ):
         return 409
+    if status.code == grpc.StatusCode.RESOURCE_EXHAUSTED and body["error"].get("reason") == STORE_FULL:
+        return 507  # Insufficient Storage: not a rate limit to back off from
     return HTTP_STATUS[status.code]
 
 

@@ -7,16 +7,22 @@ live-only gauges are dropped (`worker_exited`).
 
 Labels carry only names the server defines or registers (surface, RPC or route template, status,
 strategy, diagnostic event, fallback cause, store operation), never message content, chat ids or tenants.
+
+The store's gauges (its size, its chats, the free disk under it) are read from the store when
+`/metrics` is read, at most every `STORE_READ_SECONDS` per process: a store that nobody watches is
+never asked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from prometheus_client import (
@@ -32,7 +38,7 @@ from prometheus_client import (
 )
 
 from contextshift import profiles
-from contextshift.audit.store import Store
+from contextshift.audit.store import Store, StoreError, StoreFull
 from contextshift.diagnostics import Diagnostic, is_fallback
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
@@ -106,12 +112,69 @@ STORE_LATENCY = Histogram(
 )
 
 
+# The store as /metrics reads it, by backend (sqlite, postgresql): the same values whichever worker
+# read them, so the last read wins.
+STORE_BYTES = Gauge(
+    "contextshift_store_bytes",
+    "The data the store holds, as max_store_bytes counts it (SQLite: its pages in use; PostgreSQL: "
+    "its audits' and history blocks' bytes).",
+    ["backend"],
+    multiprocess_mode="livemostrecent",
+)
+STORE_MAX_BYTES = Gauge(
+    "contextshift_store_max_bytes",
+    "max_store_bytes: new audits and appended blocks are refused past it (absent: no limit).",
+    ["backend"],
+    multiprocess_mode="livemostrecent",
+)
+STORE_CHATS = Gauge(
+    "contextshift_store_chats",
+    "Chats with an audit or a stored history.",
+    ["backend"],
+    multiprocess_mode="livemostrecent",
+)
+STORE_DISK_FREE = Gauge(
+    "contextshift_store_disk_free_bytes",
+    "SQLite: free bytes on the filesystem that holds the store (new data is refused when it would "
+    "leave less than store_reserve_bytes).",
+    ["backend"],
+    multiprocess_mode="livemostrecent",
+)
+STORE_UP = Gauge(
+    "contextshift_store_up",
+    "1 when /metrics last read the store, 0 when the store could not be read.",
+    ["backend"],
+    multiprocess_mode="livemostrecent",
+)
+STORE_REFUSALS = Counter(
+    "contextshift_store_full",
+    "Writes refused for want of room, by cause: max_store_bytes, store_reserve_bytes (SQLite: the "
+    "free disk down to the reserve), disk (the database found its disk full).",
+    ["cause"],
+)
+CHATS_DELETED = Counter(
+    "contextshift_chats_deleted",
+    "Chats deleted, by what deleted them: request (DeleteChat), retention (chat_retention_days).",
+    ["by"],
+)
+STORE_READ_SECONDS = 10.0
+
+
+@dataclass
+class _WatchedStore:
+    store: Store
+    max_bytes: int | None
+    read_at: float = -math.inf
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 @dataclass
 class _State:
     directory: str | None = None  # the multiprocess files, once `use_directory` was called
     # The process's count cache counters as last seen, so each call adds only what is new.
     cache_hits: int = 0
     cache_misses: int = 0
+    store: _WatchedStore | None = None  # what the store's gauges read
 
 
 _state = _State()
@@ -140,8 +203,39 @@ def worker_exited(pid: int) -> None:
         multiprocess.mark_process_dead(pid, _state.directory)  # type: ignore[no-untyped-call]
 
 
+def watch_store(store: Store, *, max_bytes: int | None) -> None:
+    """The store whose size, chats and disk `/metrics` reports (see the module's doc)."""
+    _state.store = _WatchedStore(store, max_bytes)
+
+
+def _read_store() -> None:
+    """Refreshes the store's gauges unless this process read them in the last few seconds."""
+    watched = _state.store
+    if watched is None:
+        return
+    with watched.lock:
+        if time.monotonic() - watched.read_at < STORE_READ_SECONDS:
+            return
+        watched.read_at = time.monotonic()
+    backend = watched.store.dialect
+    try:
+        usage = watched.store.usage()
+    except StoreError:
+        _child(STORE_UP, backend).set(0)
+        return
+    _child(STORE_UP, backend).set(1)
+    _child(STORE_BYTES, backend).set(usage.data_bytes)
+    _child(STORE_CHATS, backend).set(usage.chats)
+    if watched.max_bytes is not None:
+        _child(STORE_MAX_BYTES, backend).set(watched.max_bytes)
+    if usage.disk_free_bytes is not None:
+        _child(STORE_DISK_FREE, backend).set(usage.disk_free_bytes)
+
+
 def render() -> bytes:
-    """The text exposition of every worker's metrics (or of this process's, without a directory)."""
+    """The text exposition of every worker's metrics (or of this process's, without a directory),
+    the store's gauges read first (on the caller's thread: it may wait for the store)."""
+    _read_store()
     if _state.directory is None:
         return generate_latest(REGISTRY)
     registry = CollectorRegistry()
@@ -203,6 +297,11 @@ def record_budget_exceeded(method: str) -> None:
     _child(BUDGET_EXCEEDED, method).inc()
 
 
+def record_deleted_chats(by: str, count: int = 1) -> None:
+    """Chats deleted, `by` a request (DeleteChat) or the retention."""
+    _child(CHATS_DELETED, by).inc(count)
+
+
 @contextlib.contextmanager
 def observe_store(operation: str) -> Iterator[None]:
     """Times one audit store operation into contextshift_store_operation_duration_seconds:
@@ -216,7 +315,8 @@ def observe_store(operation: str) -> Iterator[None]:
 
 class _TimedStore:
     """A store whose every call is timed into contextshift_store_operation_duration_seconds, under
-    the method's name (audit, record_shift, finish, history, ...)."""
+    the method's name (audit, record_shift, finish, history, ...), and whose refusals for want of
+    room are counted into contextshift_store_full_total."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -229,7 +329,11 @@ class _TimedStore:
         @functools.wraps(attribute)
         def timed(*args: Any, **kwargs: Any) -> Any:
             with observe_store(name):
-                return attribute(*args, **kwargs)
+                try:
+                    return attribute(*args, **kwargs)
+                except StoreFull as e:
+                    _child(STORE_REFUSALS, e.cause.value).inc()
+                    raise
 
         setattr(self, name, timed)  # wrapped once: __getattr__ runs only for names not yet set
         return timed

@@ -128,6 +128,8 @@ ERRORS = {
     "429": "The server is at its limit of calls in flight; retry later.",
     "500": "A bug in contextshift; the server logs it.",
     "503": "The store is unavailable, or the server is draining.",
+    "507": "STORE_FULL: the store has no room for a new audit or appended blocks (`cause`: max_store_bytes, "
+    "store_reserve_bytes or disk); delete chats, or free room, first.",
 }
 
 

@@ -5,7 +5,9 @@ A request naming a model would otherwise read the store on every call, and no st
 the event loop: the hop to a thread costs more than a small shift's engine work. With the reads in
 memory, such a shift runs on the event loop again. This process's own writes (SetModelConfig,
 DeleteModelConfig, FinishGeneration's calibration) update the cache at once; another worker's or
-replica's reach it within `store_cache_seconds`. Thread-safe, bounded.
+replica's reach it within `store_cache_seconds`. While the store cannot be read, the values last
+read serve on (a preview naming a model keeps working through a database outage). Thread-safe,
+bounded.
 """
 
 from __future__ import annotations
@@ -47,16 +49,33 @@ class ReadCache:
         entry = self._fresh(key)
         return entry[1] if entry is not None else None
 
-    def get(self, key: tuple[Any, ...], read: Callable[[], T] | None) -> T:
+    def get(
+        self,
+        key: tuple[Any, ...],
+        read: Callable[[], T] | None,
+        *,
+        stale_on: type[Exception] | None = None,
+    ) -> T:
         """The value under `key` (None included): cached and fresh, else `read()` (then cached);
-        with no `read`, `CacheMiss`."""
+        with no `read`, `CacheMiss`. When `read` raises `stale_on` (the store is down), the value
+        last read, however old, if there is one."""
         entry = self._fresh(key)
         if entry is not None:
             cached: T = entry[1]
             return cached
         if read is None:
             raise CacheMiss(key)
-        value = read()
+        try:
+            value = read()
+        except Exception as e:
+            if stale_on is None or not isinstance(e, stale_on):
+                raise
+            with self._lock:
+                kept = self._entries.get(key)
+            if kept is None:
+                raise
+            stale: T = kept[1]
+            return stale
         self.put(key, value)
         return value
 

@@ -13,7 +13,9 @@ to finish.
 
 The store is checked before anything serves: the parent opens it, applies its migrations, loads
 the model configuration file and closes it again (a bad URL, an unreachable PostgreSQL or a bad
-file is one error line and a non-zero exit). Each serving process then opens its own connections.
+file is one error line and a non-zero exit). Each serving process then opens its own connections,
+and keeps house in the background: generations past their retention are pruned hourly, and with
+`chat_retention_days`, idle chats are deleted (a tenth of the retention apart, at most an hour).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from contextshift.summarizer import llm
 log = logging.getLogger("contextshift.api")
 
 PRUNE_INTERVAL_SECONDS = 3600.0
+RETENTION_BATCH = 500  # idle chats listed at a time
 
 SERVICE = context_service_pb2.DESCRIPTOR.services_by_name["ContextShiftService"].full_name
 ECHO_SERVICE = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name
@@ -127,6 +130,39 @@ async def _prune_hourly(store: Store, executor: ThreadPoolExecutor, config: Serv
             log.warning("pruning generations failed", extra={"fields": {"error": str(e)}})
 
 
+async def delete_idle_chats(store: Store, executor: ThreadPoolExecutor, retention_days: float) -> int:
+    """Deletes every chat neither shifted nor appended to for `retention_days`, each as DeleteChat
+    does (and only if still idle when its deletion runs), one store call at a time on the engine
+    threads; returns how many."""
+    loop = asyncio.get_running_loop()
+    cutoff = now_ms() - round(retention_days * 86_400_000)
+    deleted = 0
+    while True:
+        chats = await loop.run_in_executor(executor, store.idle_chats, cutoff, RETENTION_BATCH)
+        gone = 0
+        for tenant, chat_id in chats:
+            delete = functools.partial(store.delete_chat, tenant, chat_id, idle_before_ms=cutoff)
+            gone += await loop.run_in_executor(executor, delete)
+        deleted += gone
+        if len(chats) < RETENTION_BATCH or not gone:
+            return deleted
+
+
+async def _expire_chats(store: Store, executor: ThreadPoolExecutor, retention_days: float) -> None:
+    interval = min(PRUNE_INTERVAL_SECONDS, retention_days * 86_400 / 10)
+    while True:
+        try:
+            deleted = await delete_idle_chats(store, executor, retention_days)
+        except StoreError as e:
+            log.warning("deleting idle chats failed", extra={"fields": {"error": str(e)}})
+        else:
+            if deleted:
+                metrics.record_deleted_chats("retention", deleted)
+                fields = {"chats": deleted, "chat_retention_days": retention_days}
+                log.info("deleted idle chats", extra={"fields": fields})
+        await asyncio.sleep(interval)
+
+
 @dataclass
 class Server:
     """A started server and what its stop needs."""
@@ -140,7 +176,7 @@ class Server:
     http_task: asyncio.Task[None]
     http_port: int
     store: Store
-    pruner: asyncio.Task[None]
+    housekeeping: list[asyncio.Task[None]]  # pruning generations, deleting idle chats
     io_executor: ThreadPoolExecutor | None = None
     compaction: llm.LoopTransport | None = None
 
@@ -153,7 +189,8 @@ class Server:
         await asyncio.sleep(config.drain_seconds)
         self.http.should_exit = True  # uvicorn then waits up to grace_seconds for calls in flight
         await asyncio.gather(self.server.stop(config.grace_seconds), self.http_task)
-        self.pruner.cancel()
+        for task in self.housekeeping:
+            task.cancel()
         shutdown = functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
         await asyncio.get_running_loop().run_in_executor(None, shutdown)
         self.store.close()
@@ -234,7 +271,15 @@ async def start(
     )
     executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
     io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
-    store = metrics.timed_store(open_store(config.store, pool_size=config.engine_threads))
+    store = metrics.timed_store(
+        open_store(
+            config.store,
+            pool_size=config.engine_threads,
+            max_bytes=config.max_store_bytes,
+            reserve_bytes=config.store_reserve_bytes,
+        )
+    )
+    metrics.watch_store(store, max_bytes=config.max_store_bytes)
     await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
     defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
     servicer = ContextShiftServicer(
@@ -291,7 +336,9 @@ async def start(
             }
         },
     )
-    pruner = asyncio.create_task(_prune_hourly(store, executor, config))
+    housekeeping = [asyncio.create_task(_prune_hourly(store, executor, config))]
+    if config.chat_retention_days is not None:
+        housekeeping.append(asyncio.create_task(_expire_chats(store, executor, config.chat_retention_days)))
     return Server(
         server,
         health_servicer,
@@ -302,7 +349,7 @@ async def start(
         http_task,
         http_sock.getsockname()[1],
         store,
-        pruner,
+        housekeeping,
         io_executor,
         compaction,
     )

@@ -53,6 +53,7 @@ from contextshift.audit.store import (
     Store,
     StoredBlock,
     StoreError,
+    StoreUnavailable,
     now_ms,
 )
 from contextshift.cache_stable import PreviousPrompt
@@ -201,7 +202,8 @@ class TenantStore:
         return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
 
     def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
-        return self.caches.models.get(key, None if self.cached_only else lambda: self._timed(read))
+        timed = None if self.cached_only else lambda: self._timed(read)
+        return self.caches.models.get(key, timed, stale_on=StoreUnavailable)
 
     def _timed(self, read: Callable[[], T]) -> T:
         start = time.perf_counter()
@@ -530,6 +532,8 @@ class ContextShiftServicer:
         _checked(convert.id_violations("chat_id", request.chat_id))
         tenant = self._tenant(context)
         deleted = await self._on_thread(functools.partial(self._store.delete_chat, tenant, request.chat_id))
+        if deleted:
+            metrics.record_deleted_chats("request")
         return pb.DeleteChatResponse(deleted=deleted)
 
     async def AppendBlocks(

@@ -12,6 +12,10 @@ Errors are google.rpc.Status with details:
   "blocks[3].role", "options.pinned_cap", "profile", "strategy".
 - RESOURCE_EXHAUSTED: the request is over the server's size limit, or the server is at its
   concurrency limit (retry with backoff).
+- RESOURCE_EXHAUSTED + google.rpc.ErrorInfo(reason "STORE_FULL", metadata "cause":
+  "max_store_bytes", "store_reserve_bytes" or "disk"): the store has no room for a new audit or
+  appended blocks, and nothing was written. Retrying does not help until room is made (DeleteChat,
+  chat retention, more space); previews, reads, FinishGeneration and DeleteChat still work.
 - FAILED_PRECONDITION + google.rpc.ErrorInfo(domain "contextshift.v1") for a request that is
   fine but does not fit the stored state: reason "STALE_GENERATION" (FinishGeneration of a
   generation a newer ShiftContext of its chat replaced), "GENERATION_ALREADY_FINISHED" (finished
