@@ -6,6 +6,7 @@ contextshift preview examples/support-chat.json --budget 300 [--server 127.0.0.1
 contextshift audit CHAT_ID --server 127.0.0.1:50051
 contextshift count examples/support-chat.json other.json   (or - for stdin)
 contextshift bench-profiles [FILES... | -] [--profiles heuristic o200k_base] [--json]
+contextshift store check | backup PATH | restore BACKUP [--store URL]
 
 Tables are coloured by decision when the output is a terminal, plain when piped; what takes about a
 second or more (a long table, a large input) shows progress on stderr (a terminal only).
@@ -32,6 +33,8 @@ from rich.text import Text
 
 from contextshift import engine
 from contextshift.api import config
+from contextshift.audit import DEFAULT_URL as DEFAULT_STORE_URL
+from contextshift.audit.store import StoreConfigError, StoreError
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
     import grpc
 
     from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+    from contextshift.audit import maintenance
 
 API_KEY_ENV = "CONTEXTSHIFT_API_KEY"
 # Measured on 2 cores: reading, parsing and counting (or shifting) 8 MiB of JSON takes about 0.15 s
@@ -576,6 +580,50 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _store(args: argparse.Namespace) -> int:
+    """`contextshift store check | backup PATH | restore BACKUP` on the store the settings name."""
+    from contextshift.audit import maintenance, open_store
+
+    try:
+        url = config.load({"store": args.store}, config_file=args.config).store
+        store = open_store(url, pool_size=1)
+    except (config.ConfigError, StoreConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    copied = None
+    try:
+        if args.store_command == "backup":
+            copied = maintenance.backup(store, args.path)
+        elif args.store_command == "restore":
+            copied = maintenance.restore(store, args.path, overwrite=args.overwrite)
+        checked = copied.checked if copied else maintenance.check(store)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(copied.as_json() if copied else checked.as_json(), indent=2))
+    else:
+        _print_checked(checked, copied)
+    return 0 if checked.ok else 1
+
+
+def _print_checked(checked: maintenance.Checked, copied: maintenance.Copied | None) -> None:
+    console = stdout()
+    if copied is not None:
+        console.print(f"copied to {copied.path}: {copied.bytes / 2**20:.1f} MiB in {copied.seconds:.2f} s")
+    console.print(f"store: {checked.store}")
+    console.print(f"schema: version {checked.schema_version} (this contextshift: {checked.latest_schema})")
+    if checked.chats is not None and checked.data_bytes is not None:
+        console.print(f"chats: {checked.chats}; data: {checked.data_bytes / 2**20:.1f} MiB")
+    if checked.disk_free_bytes is not None:
+        console.print(f"free on its disk: {checked.disk_free_bytes / 2**20:.1f} MiB")
+    for problem in checked.problems:
+        console.print(f"problem: {problem}", style="red")
+    console.print("ok" if checked.ok else f"{len(checked.problems)} problems")
+
+
 def _add_server_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
     parser.add_argument(
         "--server", required=required, metavar="HOST:PORT", help="ask this contextshift server (gRPC)"
@@ -675,6 +723,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     bench.set_defaults(run=_bench_profiles)
+
+    store = sub.add_parser(
+        "store", help="check the store, or back up and restore a SQLite one (the store the settings name)"
+    )
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    for name, what in (
+        ("check", "the schema version, the database's integrity check and the store's invariants"),
+        ("backup", "copy a SQLite store, consistently while a server writes to it, to a new file"),
+        ("restore", "replace a SQLite store's contents with a backup's (stop the server first)"),
+    ):
+        command = store_commands.add_parser(name, help=what)
+        if name == "backup":
+            command.add_argument("path", type=Path, metavar="PATH", help="the backup file to make")
+        elif name == "restore":
+            command.add_argument("path", type=Path, metavar="BACKUP", help="the backup file")
+            command.add_argument("--overwrite", action="store_true", help="even when the store holds chats")
+        command.add_argument(
+            "--store", help=f"the store URL (default: the serve settings', {DEFAULT_STORE_URL})"
+        )
+        command.add_argument("--config", type=Path, help=f"TOML file with settings (env {config.CONFIG_ENV})")
+        command.add_argument("--json", action="store_true", help="print what was found as JSON")
+    store.set_defaults(run=_store)
     return parser
 
 
