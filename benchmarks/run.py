@@ -7,7 +7,8 @@ kept by `summarize` (benchmarks/facts.py), the prompt prefix changes by `target_
 (benchmarks/hysteresis.py), every local strategy beside truncate (benchmarks/strategies.py), the
 end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo-bytes and echo at 48
 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
-with and without its audit, SQLite and PostgreSQL) and the server's memory (benchmarks/memory_bench.py:
+with and without its audit, SQLite and PostgreSQL), the bytes one audit of a 48 KiB chat takes in
+the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
 The shift of generated conversations of 1k, 10k and 100k blocks, side by side in one run: the
@@ -47,6 +48,7 @@ from benchmarks import (  # noqa: E402
     hysteresis,
     memory_bench,
     plots,
+    store_bytes,
     strategies,
 )
 from benchmarks.conversation import generate  # noqa: E402
@@ -229,6 +231,8 @@ def main() -> int:
     grpc_bench.main(args.quick)
     print()
     audit_bench.main(args.quick)
+    print()
+    store_bytes.main(args.quick)  # what one audit of a 48 KiB chat takes in the store
     print()
     memory_status = memory_bench.main(args.quick)
     return memory_status or facts_status

@@ -47,6 +47,9 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 # leaf or index page in each table the write touches), so the write a deletion made room for fits.
 HEADROOM_PAGES = 16
 UNLIMITED_PAGES = 4294967294  # SQLite's largest max_page_count
+# How close to its limit a write must come for SQLite's max_page_count to hold the line (further
+# off, the claim's own check does, and no pragma is run).
+HELD_BY_SQLITE_BYTES = 8 * 1024 * 1024
 # How long folding the WAL back into the database waits for readers to move to the latest snapshot.
 FOLD_BUSY_TIMEOUT_MS = 200
 
@@ -109,6 +112,8 @@ class SqliteStore(SqlStore):
         self.path = path
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
+        self._wal_path = Path(f"{path}-wal")
+        self._page_bytes: int | None = None
         self._max_bytes = max_bytes
         self._reserve_bytes = reserve_bytes
         self._disk_free = disk_free
@@ -162,9 +167,9 @@ class SqliteStore(SqlStore):
         lock, connection = self._write_connection()
         claimed: list[FullCause] = []  # what limits the write, once it claimed room
         with lock, self._errors(claimed):
-            self._fold_wal_when_short(connection)
+            disk = self._disk_before_write(connection)
             try:
-                claim = functools.partial(self._claim, connection, claimed)
+                claim = functools.partial(self._claim, connection, claimed, *disk)
                 return self._transaction(_Tx(connection, claim), work, "BEGIN IMMEDIATE")
             finally:
                 if claimed:  # the next write on this connection claims its own room
@@ -188,14 +193,15 @@ class SqliteStore(SqlStore):
             raise
         return result
 
-    def _fold_wal_when_short(self, connection: sqlite3.Connection) -> None:
-        """Before a write, when the disk's free space above the reserve is down to less than the
-        WAL takes: the WAL copied into the database and truncated, giving back to the disk all it
-        took but the pages the database keeps. (Left alone, the WAL grows until the next automatic
-        checkpoint, 1000 pages, and keeps its size after, eating the room a deletion made.)"""
-        wal = _file_bytes(Path(f"{self.path}-wal"))
-        if not wal or self._disk_free(self.path.parent) - self._reserve_bytes >= wal:
-            return
+    def _disk_before_write(self, connection: sqlite3.Connection) -> tuple[int, int]:
+        """The disk's free bytes and the WAL's size before a write. When the free space above the
+        reserve is down to less than the WAL takes, the WAL is first copied into the database and
+        truncated, giving back to the disk all it took but the pages the database keeps. (Left
+        alone, the WAL grows until the next automatic checkpoint, 1000 pages, and keeps its size
+        after, eating the room a deletion made.)"""
+        free, wal = self._disk_free(self.path.parent), _file_bytes(self._wal_path)
+        if not wal or free - self._reserve_bytes >= wal:
+            return free, wal
         connection.execute(f"PRAGMA busy_timeout = {FOLD_BUSY_TIMEOUT_MS}")
         try:
             connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
@@ -203,13 +209,18 @@ class SqliteStore(SqlStore):
             pass  # readers held it back, or the disk has no room for it: the claim sees what is left
         finally:
             connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+        return self._disk_free(self.path.parent), _file_bytes(self._wal_path)
 
-    def _claim(self, connection: sqlite3.Connection, claimed: list[FullCause], nbytes: int) -> None:
-        """Grants `nbytes` of room to the write in progress on `connection` (see the module's
-        doc), or raises StoreFull."""
-        page_size, pages, free_pages = _pages(connection)
+    def _claim(
+        self, connection: sqlite3.Connection, claimed: list[FullCause], free: int, wal: int, nbytes: int
+    ) -> None:
+        """Grants `nbytes` of room to the write in progress on `connection`, given the disk's
+        `free` bytes and the `wal`'s size before it (see the module's doc), or raises StoreFull."""
+        if self._max_bytes is None and free - self._reserve_bytes - wal >= nbytes:
+            return  # room to spare, whatever the WAL holds: the disk itself is the limit
+        page_size = self._page_size(connection)
+        pages, free_pages = _pages(connection)
         used = (pages - free_pages) * page_size
-        free = self._disk_free(self.path.parent)
         # Pages committed to the WAL but not yet copied into the file take disk at the checkpoint.
         unwritten = max(0, pages * page_size - _file_bytes(self.path))
         room, cause = free - self._reserve_bytes - unwritten + free_pages * page_size, FullCause.DISK_RESERVE
@@ -225,15 +236,23 @@ class SqliteStore(SqlStore):
                     "reports and the journal"
                 )
             raise StoreFull(self.description, cause, f"{why}; this write needs {nbytes} bytes more")
-        claimed.append(cause)
-        # The file may grow by the room its free pages do not cover, and the b-trees' splits.
-        growth = max(0, room - free_pages * page_size) // page_size + HEADROOM_PAGES
-        connection.execute(f"PRAGMA max_page_count = {pages + growth}")
+        if room - nbytes < HELD_BY_SQLITE_BYTES:
+            # Near the limit, SQLite holds it: the file may grow by the room its free pages do not
+            # cover, and the b-trees' splits.
+            claimed.append(cause)
+            growth = max(0, room - free_pages * page_size) // page_size + HEADROOM_PAGES
+            connection.execute(f"PRAGMA max_page_count = {pages + growth}")
+
+    def _page_size(self, connection: sqlite3.Connection) -> int:
+        if self._page_bytes is None:  # fixed when the database was made
+            self._page_bytes = int(connection.execute("PRAGMA page_size").fetchone()[0])
+        return self._page_bytes
 
     def _data_bytes(self, tx: Tx) -> int:
         """The pages in use: what the file holds but the pages a deletion freed (reused first)."""
-        page_size, pages, free_pages = _pages(cast(_Tx, tx).connection)
-        return (pages - free_pages) * page_size
+        connection = cast(_Tx, tx).connection
+        pages, free_pages = _pages(connection)
+        return (pages - free_pages) * self._page_size(connection)
 
     def _disk_free_bytes(self) -> int | None:
         return self._disk_free(self.path.parent)
@@ -273,13 +292,11 @@ class SqliteStore(SqlStore):
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
 
 
-def _pages(connection: sqlite3.Connection) -> tuple[int, int, int]:
-    """Page size, pages in the database, pages on its free list."""
-    page_size, pages, free_pages = (
-        int(connection.execute(f"PRAGMA {name}").fetchone()[0])
-        for name in ("page_size", "page_count", "freelist_count")
-    )
-    return page_size, pages, free_pages
+def _pages(connection: sqlite3.Connection) -> tuple[int, int]:
+    """Pages in the database, and pages on its free list."""
+    ((pages,),) = connection.execute("PRAGMA page_count").fetchall()
+    ((free_pages,),) = connection.execute("PRAGMA freelist_count").fetchall()
+    return int(pages), int(free_pages)
 
 
 def _file_bytes(path: Path) -> int:
