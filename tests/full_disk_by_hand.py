@@ -53,7 +53,7 @@ def fill_then_make_room(stub: context_service_pb2_grpc.ContextShiftServiceStub, 
             stub.ShiftContext(request, timeout=10)
         except grpc.RpcError as e:
             print(
-                f"{audited} audits of a {len(chat.blocks_json) // 1024} KiB chat fit; then {e.code().name}: {e.details()}"
+                f"{audited} audits of a {len(chat.blocks_json.encode()) / 1024:.1f} KiB chat fit; then {e.code().name}: {e.details()}"
             )
             break
         audited += 1

@@ -89,7 +89,7 @@ def _as_cluster_user() -> list[str]:
     return ["runuser", "-u", USER, "--"]
 
 
-def _binaries() -> Path:
+def binaries() -> Path:
     found = sorted(
         INSTALLED.glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0
     )
@@ -104,8 +104,8 @@ def _binaries() -> Path:
 
 @contextmanager
 def running_cluster() -> Iterator[Cluster]:
-    binaries = _binaries()
-    initdb, pg_ctl = binaries / "initdb", binaries / "pg_ctl"
+    installed = binaries()
+    initdb, pg_ctl = installed / "initdb", installed / "pg_ctl"
     prefix = _as_cluster_user()
     base = Path(tempfile.mkdtemp(prefix="contextshift-pg-"))
     if prefix:

@@ -602,4 +602,4 @@ def test_missing_postgresql_binaries_fail_with_what_to_install(
 
     monkeypatch.setattr(postgres_cluster, "INSTALLED", tmp_path)
     with pytest.raises(pytest.fail.Exception, match="install the `postgresql` package"):
-        postgres_cluster._binaries()
+        postgres_cluster.binaries()

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import grpc
 import httpx
+import postgres_cluster
 import pytest
-from postgres_cluster import running_cluster
+from postgres_cluster import Cluster, running_cluster
 from test_store import BACKENDS, store_url
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
@@ -346,13 +347,56 @@ def test_a_backup_taken_under_load_restores_and_every_audit_reads_whole(tmp_path
     assert refused.returncode == 1 and "--overwrite" in refused.stderr
 
 
-def test_store_commands_say_what_is_wrong(tmp_path: Path, postgres: object) -> None:
+def test_the_readmes_postgresql_backup_commands_restore_every_audit(
+    tmp_path: Path, postgres: Cluster
+) -> None:
+    url = postgres.new_database()
+    with serving(tmp_path, store=url) as server, grpc.insecure_channel(server.address) as channel:
+        for n in range(5):
+            stub(channel).ShiftContext(shift_request(f"chat-{n}", f"g{n}"), timeout=10)
+        stub(channel).AppendBlocks(
+            pb.AppendBlocksRequest(chat_id="chat-0", blocks_json=BIG_BLOCK), timeout=10
+        )
+    binaries = postgres_cluster.binaries()
+    dump = tmp_path / "contextshift.dump"
+    command = [str(binaries / "pg_dump"), "--format=custom", f"--file={dump}", url]
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    restored = postgres.new_database()
+    command = [
+        str(binaries / "pg_restore"),
+        "--no-owner",
+        "--exit-on-error",
+        f"--dbname={restored}",
+        str(dump),
+    ]
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    checked = contextshift("store", "check", "--store", restored, "--json")
+    assert checked.returncode == 0 and json.loads(checked.stdout)["chats"] == 5
+    with serving(tmp_path, store=restored) as server, grpc.insecure_channel(server.address) as channel:
+        for n in range(5):
+            audit = (
+                stub(channel)
+                .GetContextAudit(pb.GetContextAuditRequest(chat_id=f"chat-{n}"), timeout=10)
+                .audit
+            )
+            check_audit(audit, f"chat-{n}", {f"g{n}"})
+        stub(channel).ShiftContext(shift_request("chat-5", "g5"), timeout=10)  # and it takes new ones
+    original, copy = open_store(url), open_store(restored)
+    try:  # the counts behind max_store_bytes came along, and the triggers went on counting
+        assert copy.usage().data_bytes > original.usage().data_bytes > 0
+        assert copy.problems() == []
+    finally:
+        original.close()
+        copy.close()
+
+
+def test_store_commands_say_what_is_wrong(tmp_path: Path, postgres: Cluster) -> None:
     missing = contextshift("store", "check", "--store", f"sqlite:///{tmp_path}/none.db")
     assert missing.returncode == 1 and "no such store file" in missing.stderr
     assert not (tmp_path / "none.db").exists()  # a check never creates a store
     bad = contextshift("store", "check", "--store", "mysql://x/y")
     assert bad.returncode == 2 and "unknown scheme" in bad.stderr
-    url = postgres.new_database()  # type: ignore[attr-defined]
+    url = postgres.new_database()
     store = open_store(url)
     store.migrate()
     store.close()
