@@ -124,51 +124,49 @@ MIGRATIONS = (
             "SELECT DISTINCT tenant, chat_id, {now_ms} FROM chat_blocks",
         ),
         postgres=(
-            # The bytes of audits and history blocks, kept up to date by the statements that write
-            # and delete them (max_store_bytes; a SQLite store counts its pages in use instead).
-            # Split in shards, one per backend process (mod 64), so writers on different
-            # connections never wait for each other's counts.
+            # The bytes of audits and history blocks, kept up to date by triggers on the statements
+            # that write and delete them (max_store_bytes; a SQLite store counts its pages in use
+            # instead). Split in shards, one per backend process (mod 64), so writers on different
+            # connections never wait for each other's counts. Row triggers where rows come one by
+            # one (an audit, a block appended), a statement trigger where a deletion takes many.
             "CREATE TABLE store_usage (shard INTEGER PRIMARY KEY, bytes BIGINT NOT NULL)",
+            "INSERT INTO store_usage (shard, bytes) SELECT shard, 0 FROM generate_series(0, 63) shard",
             """CREATE FUNCTION contextshift_count_bytes() RETURNS trigger LANGUAGE plpgsql AS $$
             DECLARE
                 delta BIGINT := 0;
             BEGIN
-                -- The triggers name their transition tables `added` and `removed`.
-                IF TG_TABLE_NAME = 'audits' THEN
-                    IF TG_OP <> 'DELETE' THEN
-                        delta := delta + (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM added);
+                IF TG_LEVEL = 'STATEMENT' THEN  -- a deletion: its rows are in `removed`
+                    IF TG_TABLE_NAME = 'audits' THEN
+                        delta := -(SELECT COALESCE(SUM(octet_length(payload)), 0) FROM removed);
+                    ELSE
+                        delta := -(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM removed);
                     END IF;
-                    IF TG_OP <> 'INSERT' THEN
-                        delta := delta - (SELECT COALESCE(SUM(octet_length(payload)), 0) FROM removed);
+                ELSIF TG_TABLE_NAME = 'audits' THEN
+                    delta := octet_length(NEW.payload);
+                    IF TG_OP = 'UPDATE' THEN
+                        delta := delta - octet_length(OLD.payload);
                     END IF;
                 ELSE
-                    IF TG_OP <> 'DELETE' THEN
-                        delta := delta + (SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM added);
-                    END IF;
-                    IF TG_OP <> 'INSERT' THEN
-                        delta := delta - (SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM removed);
-                    END IF;
+                    delta := octet_length(NEW.block_json);
                 END IF;
                 IF delta <> 0 THEN
-                    INSERT INTO store_usage (shard, bytes) VALUES (pg_backend_pid() & 63, delta)
-                    ON CONFLICT (shard) DO UPDATE SET bytes = store_usage.bytes + excluded.bytes;
+                    UPDATE store_usage SET bytes = bytes + delta WHERE shard = pg_backend_pid() & 63;
                 END IF;
                 RETURN NULL;
             END
             $$""",
+            "CREATE TRIGGER audits_written_bytes AFTER INSERT OR UPDATE OF payload ON audits "
+            "FOR EACH ROW EXECUTE FUNCTION contextshift_count_bytes()",
+            "CREATE TRIGGER chat_blocks_written_bytes AFTER INSERT ON chat_blocks "
+            "FOR EACH ROW EXECUTE FUNCTION contextshift_count_bytes()",
             *(
-                f"CREATE TRIGGER {table}_{event.lower()}_bytes AFTER {event} ON {table} "
-                f"REFERENCING {tables} FOR EACH STATEMENT EXECUTE FUNCTION contextshift_count_bytes()"
+                f"CREATE TRIGGER {table}_deleted_bytes AFTER DELETE ON {table} REFERENCING OLD TABLE AS removed "
+                "FOR EACH STATEMENT EXECUTE FUNCTION contextshift_count_bytes()"
                 for table in ("audits", "chat_blocks")
-                for event, tables in (
-                    ("INSERT", "NEW TABLE AS added"),
-                    ("UPDATE", "OLD TABLE AS removed NEW TABLE AS added"),
-                    ("DELETE", "OLD TABLE AS removed"),
-                )
             ),
-            "INSERT INTO store_usage (shard, bytes) SELECT 0, "
+            "UPDATE store_usage SET bytes = "
             "(SELECT COALESCE(SUM(octet_length(payload)), 0) FROM audits) + "
-            "(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM chat_blocks)",
+            "(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM chat_blocks) WHERE shard = 0",
         ),
     ),
 )

@@ -20,7 +20,7 @@ opening a new pool when it can. So no call waits on a database that is not there
 call after the database is back finds it.
 
 Room (`max_store_bytes`): the bytes of the audits' payloads and the history blocks' JSON, kept in
-`store_usage` by statement triggers on both tables (migration 2), in one row per backend process
+`store_usage` by triggers on both tables (migration 2), in one row per backend process
 (mod 64) so that concurrent writers do not queue on one counter. A write that adds data reads their
 sum in its transaction and is refused past the limit; writers committing at the same moment may
 each pass it, so the store can go past it by what they add. The tables on disk take more than this
