@@ -9,6 +9,7 @@ directory, keeps its audits from one server to the next."""
 from __future__ import annotations
 
 import json
+import json.decoder
 import random
 import threading
 import time
@@ -30,19 +31,27 @@ from .test_grpc_service import stub
 BLOCKS = 24  # per shift: a system prompt, then turns; the budget keeps about half
 
 
-def conversation(tag: str) -> str:
-    """A chat whose every block says which shift sent it: ids `<tag>-<i>`."""
+# Words of real text on every machine (the standard library's JSON decoder, source and docs).
+WORDS = Path(json.decoder.__file__).read_text(encoding="utf-8").split()
+
+
+def conversation(tag: str, *, varied: bool = False) -> str:
+    """A chat whose every block says which shift sent it: ids `<tag>-<i>`. `varied`: its turns
+    are words drawn at random (about 44 KiB), so its audit compresses no better than a real one's;
+    else one word repeated."""
+    rng = random.Random(tag)
     blocks = [{"id": f"{tag}-0", "role": "system", "content": f"System prompt of {tag}."}]
     for i in range(1, BLOCKS):
         role = "user" if i % 2 else "assistant"
-        blocks.append({"id": f"{tag}-{i}", "role": role, "content": f"Turn {i} of {tag}. " + "words " * 300})
+        words = " ".join(rng.choice(WORDS) for _ in range(300)) if varied else "words " * 300
+        blocks.append({"id": f"{tag}-{i}", "role": role, "content": f"Turn {i} of {tag}. {words}"})
     return json.dumps(blocks)
 
 
-def shift_request(chat_id: str, tag: str) -> pb.ShiftContextRequest:
+def shift_request(chat_id: str, tag: str, *, varied: bool = False) -> pb.ShiftContextRequest:
     # The tag is the generation id, so an audit says which shift it is.
     return pb.ShiftContextRequest(
-        blocks_json=conversation(tag),
+        blocks_json=conversation(tag, varied=varied),
         chat_id=chat_id,
         generation_id=tag,
         context_limit=4000,

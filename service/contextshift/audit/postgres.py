@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from contextshift.audit import redacted
 from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
 from contextshift.audit.store import (
+    CLAIM_SLACK_BYTES,
     FullCause,
     Generation,
     GenerationIdInUse,
@@ -300,7 +301,7 @@ class PostgresStore(SqlStore):
         if self._max_bytes is None:
             return
         used = self._data_bytes(tx)
-        if used + nbytes > self._max_bytes:
+        if used + nbytes - CLAIM_SLACK_BYTES > self._max_bytes:
             raise StoreFull(
                 self.description,
                 FullCause.MAX_STORE_BYTES,

@@ -37,7 +37,13 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from contextshift.audit.sql import Row, SqlStore, Tx
-from contextshift.audit.store import FullCause, StoreConfigError, StoreFull, StoreUnavailable
+from contextshift.audit.store import (
+    CLAIM_SLACK_BYTES,
+    FullCause,
+    StoreConfigError,
+    StoreFull,
+    StoreUnavailable,
+)
 
 T = TypeVar("T")
 
@@ -216,7 +222,8 @@ class SqliteStore(SqlStore):
     ) -> None:
         """Grants `nbytes` of room to the write in progress on `connection`, given the disk's
         `free` bytes and the `wal`'s size before it (see the module's doc), or raises StoreFull."""
-        if self._max_bytes is None and free - self._reserve_bytes - wal >= nbytes:
+        needed = nbytes - CLAIM_SLACK_BYTES
+        if self._max_bytes is None and free - self._reserve_bytes - wal >= needed:
             return  # room to spare, whatever the WAL holds: the disk itself is the limit
         page_size = self._page_size(connection)
         pages, free_pages = _pages(connection)
@@ -226,7 +233,7 @@ class SqliteStore(SqlStore):
         room, cause = free - self._reserve_bytes - unwritten + free_pages * page_size, FullCause.DISK_RESERVE
         if self._max_bytes is not None and self._max_bytes - used < room:
             room, cause = self._max_bytes - used, FullCause.MAX_STORE_BYTES
-        if nbytes > room:
+        if needed > room:
             if cause is FullCause.MAX_STORE_BYTES:
                 why = f"its data takes {mib(used)} of max_store_bytes {mib(self._max_bytes or 0)}"
             else:
@@ -236,7 +243,7 @@ class SqliteStore(SqlStore):
                     "reports and the journal"
                 )
             raise StoreFull(self.description, cause, f"{why}; this write needs {nbytes} bytes more")
-        if room - nbytes < HELD_BY_SQLITE_BYTES:
+        if room - needed < HELD_BY_SQLITE_BYTES:
             # Near the limit, SQLite holds it: the file may grow by the room its free pages do not
             # cover, and the b-trees' splits.
             claimed.append(cause)

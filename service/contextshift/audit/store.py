@@ -42,6 +42,13 @@ class Role(StrEnum):
     FAST = "fast"
 
 
+# A write is let in when its data, less this, fits in the room left: so the room a deleted chat
+# frees takes an audit of that chat's size, whatever rows and pages each backend counts around the
+# data (SQLite keeps the first part of a long row in a table page that a deletion does not free),
+# and a store at its limit passes it by less than this.
+CLAIM_SLACK_BYTES = 4096
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
