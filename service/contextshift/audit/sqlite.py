@@ -14,10 +14,11 @@
   `max_store_bytes`, counted as the database's pages in use (`page_count - freelist_count`: the
   pages a deletion frees are reused before the file grows), and in the disk's free space above
   `reserve_bytes`, which stays free for what must work on a full store: deletions, reports, and
-  the WAL and its checkpoints. SQLite then holds the line itself: the write runs with
+  the WAL and its checkpoints. Near the limit SQLite holds the line itself: the write runs with
   `max_page_count` set to that room (plus a few pages for the b-trees' own splits), so a write
   that needs more fails inside SQLite (SQLITE_FULL) and rolls back whole, as it does when the disk
-  itself runs out.
+  itself runs out. When the disk runs short, the WAL is folded back into the database before a
+  write (`_disk_before_write`).
 - Connections are opened lazily by the process that uses them: one per thread for reads, and one
   per process for writes, which the process's writers take in turn (SQLite lets one writer at a
   time in anyway; the one connection keeps its page cache, where connections taking turns would
@@ -66,7 +67,7 @@ def disk_free_bytes(folder: Path) -> int:
     return found.f_bavail * found.f_frsize
 
 
-def mib(n: float) -> str:
+def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
@@ -235,11 +236,11 @@ class SqliteStore(SqlStore):
             room, cause = self._max_bytes - used, FullCause.MAX_STORE_BYTES
         if needed > room:
             if cause is FullCause.MAX_STORE_BYTES:
-                why = f"its data takes {mib(used)} of max_store_bytes {mib(self._max_bytes or 0)}"
+                why = f"its data takes {_mib(used)} of max_store_bytes {_mib(self._max_bytes or 0)}"
             else:
                 why = (
-                    f"the disk under it ({self.path.parent}) has {mib(free)} free, and "
-                    f"store_reserve_bytes keeps {mib(self._reserve_bytes)} of it for deletions, "
+                    f"the disk under it ({self.path.parent}) has {_mib(free)} free, and "
+                    f"store_reserve_bytes keeps {_mib(self._reserve_bytes)} of it for deletions, "
                     "reports and the journal"
                 )
             raise StoreFull(self.description, cause, f"{why}; this write needs {nbytes} bytes more")
@@ -262,7 +263,8 @@ class SqliteStore(SqlStore):
         return (pages - free_pages) * self._page_size(connection)
 
     def _disk_free_bytes(self) -> int | None:
-        return self._disk_free(self.path.parent)
+        with self._errors(None):
+            return self._disk_free(self.path.parent)
 
     def problems(self) -> list[str]:
         connection = self._connection()
@@ -280,22 +282,31 @@ class SqliteStore(SqlStore):
             if pid == os.getpid():  # a parent's, inherited through a fork, is the parent's to close
                 connection.close()
 
+    def _disk_said(self) -> str:
+        try:
+            return (
+                f"the disk under it ({self.path.parent}) has {_mib(self._disk_free(self.path.parent))} free"
+            )
+        except OSError as e:
+            return f"the disk under it ({self.path.parent}) cannot say its free space: {e}"
+
     @contextmanager
     def _errors(self, claimed: list[FullCause] | None) -> Iterator[None]:
         """SQLite's operational errors say the store cannot serve now, and the transaction was
         rolled back: a full database or disk (SQLITE_FULL: past the room a write claimed, or the
         disk itself full) is StoreFull; the others (locked past the busy timeout, I/O, a file that
-        is not a database) StoreUnavailable. Others (constraint violations, misuse) are bugs and
-        pass through."""
+        is not a database), and a filesystem that cannot say its free space, StoreUnavailable.
+        Others (constraint violations, misuse) are bugs and pass through."""
         try:
             yield
+        except OSError as e:  # the filesystem under it, asked how much room it has
+            raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
         except sqlite3.DatabaseError as e:
             if not isinstance(e, sqlite3.OperationalError) and type(e) is not sqlite3.DatabaseError:
                 raise
             if e.sqlite_errorcode == sqlite3.SQLITE_FULL:
                 cause = claimed[0] if claimed else FullCause.DISK
-                where = f"the disk under it ({self.path.parent}) has {mib(self._disk_free(self.path.parent))} free"
-                raise StoreFull(self.description, cause, f"SQLite: {e} ({where})") from e
+                raise StoreFull(self.description, cause, f"SQLite: {e} ({self._disk_said()})") from e
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
 
 
