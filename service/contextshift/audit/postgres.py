@@ -174,7 +174,7 @@ class PostgresStore(SqlStore):
                 try:
                     pool = self._open(CONNECT_TIMEOUT_SECONDS)
                 except StoreUnavailable as e:
-                    self._outage = _Outage(pid, time.monotonic(), str(e), time.monotonic() + RETRY_SECONDS)
+                    self._outage = self._found_down(str(e))
                     raise
                 self._pool = (pid, pool)
                 return pool
@@ -223,13 +223,15 @@ class PostgresStore(SqlStore):
         """The database is down (a connection broke, and a new one cannot be made): its pool is
         closed, and calls fail at once until one of them connects again."""
         with self._lock:
-            pid = os.getpid()
             if self._pool is None or self._pool[1] is not pool:
                 return  # another call found it first
-            self._pool = None
-            self._outage = _Outage(pid, time.monotonic(), error, time.monotonic() + RETRY_SECONDS)
-        log.warning("the store is down", extra={"fields": {"store": self.description, "error": error}})
+            self._pool, self._outage = None, self._found_down(error)
         pool.close(timeout=0)  # its workers' connection attempts end on their own
+
+    def _found_down(self, error: str) -> _Outage:
+        log.warning("the store is down", extra={"fields": {"store": self.description, "error": error}})
+        now = time.monotonic()
+        return _Outage(os.getpid(), now, error, now + RETRY_SECONDS)
 
     def _reachable(self) -> str | None:
         """None when a new connection can be made now, else why not."""
