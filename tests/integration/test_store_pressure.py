@@ -120,7 +120,9 @@ def test_a_full_store_refuses_audits_and_appends_serves_the_rest_and_a_deletion_
         backend = "postgresql" if backend.startswith("postgres") else "sqlite"
         assert value(samples, "contextshift_store_full_total", cause="max_store_bytes") == 3  # gRPC x2, HTTP
         assert value(samples, "contextshift_store_max_bytes", backend=backend) == cap
-        assert 0.8 * cap < value(samples, "contextshift_store_bytes", backend=backend) <= cap + CLAIM_SLACK_BYTES
+        assert (
+            0.8 * cap < value(samples, "contextshift_store_bytes", backend=backend) <= cap + CLAIM_SLACK_BYTES
+        )
         assert value(samples, "contextshift_store_chats", backend=backend) == n  # n - 1 + after
         assert value(samples, "contextshift_store_up", backend=backend) == 1
         assert value(samples, "contextshift_chats_deleted_total", by="request") == 1
