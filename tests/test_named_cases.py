@@ -89,33 +89,63 @@ FLIGHT_HISTORY: list[Block] = [
 
 def test_a_cut_never_leaves_a_tool_result_without_its_call() -> None:
     # 69 > 50: drop u1 (58 > 50), then the group {a1, t1} as one (30 <= 50). A token window that
-    # kept "the last 50 tokens" would start at t1, an orphan. Then a2 would lead: repaired away.
+    # kept "the last 50 tokens" would start at t1, an orphan. Then a2 would lead, and removing it
+    # would leave no user turn before u2: u1 comes back as the anchor (30 + 11 = 41 <= 50).
     result = shift(FLIGHT_HISTORY, budget=50)
-    assert decisions(result.excluded) == [
-        ("u1", 11, "BUDGET_OLDEST_FIRST"),
-        ("a1", 15, "BUDGET_OLDEST_FIRST"),
-        ("t1", 13, "TOOL_GROUP"),
-        ("a2", 10, "LEADING_ASSISTANT"),
+    assert decisions(result.excluded) == [("a1", 15, "BUDGET_OLDEST_FIRST"), ("t1", 13, "TOOL_GROUP")]
+    assert decisions(result.kept) == [
+        ("sys", 11, "PROTECTED_SYSTEM"),
+        ("u1", 11, "ANCHOR_USER_TURN"),
+        ("a2", 10, "FITS"),
+        ("u2", 9, "PINNED"),
     ]
-    assert decisions(result.kept) == [("sys", 11, "PROTECTED_SYSTEM"), ("u2", 9, "PINNED")]
-    assert result.prompt_tokens == 20
+    assert result.prompt_tokens == 41
+    assert result.warnings == []  # the repair removed nothing
 
 
-def test_start_on_user_repair_removes_the_whole_leading_tool_group() -> None:
-    # 69 > 60: dropping u1 is enough (58), but the history would then start with a1's tool call.
+def test_start_on_user_repair_keeps_the_user_turn_before_a_leading_tool_group() -> None:
+    # 69 > 60: dropping u1 is enough (58), but the history would then start with a1's tool call,
+    # and removing a1, t1 and a2 would leave [sys, u2]. u1 comes back (69) and the oldest group
+    # after it, {a1, t1}, pays for it (41 <= 60); 28 of the 58 tokens the cut kept is over a
+    # quarter, so a warning says so.
     result = shift(FLIGHT_HISTORY, budget=60)
+    assert decisions(result.excluded) == [("a1", 15, "BUDGET_OLDEST_FIRST"), ("t1", 13, "TOOL_GROUP")]
+    assert [(item.id, item.reason) for item in result.kept] == [
+        ("sys", "PROTECTED_SYSTEM"),
+        ("u1", "ANCHOR_USER_TURN"),
+        ("a2", "FITS"),
+        ("u2", "PINNED"),
+    ]
+    assert result.warnings == [
+        "start_on_user: kept u1 as the anchor (ANCHOR_USER_TURN) and removed 28 of the 58 tokens the "
+        "cut kept to pay for it"
+    ]
+
+    without_repair = shift(FLIGHT_HISTORY, budget=60, start_on_user=False)
+    assert decisions(without_repair.excluded) == [("u1", 11, "BUDGET_OLDEST_FIRST")]
+    assert [item.id for item in without_repair.kept] == ["sys", "a1", "t1", "a2", "u2"]
+    assert without_repair.prompt_tokens == 58
+
+
+def test_start_on_user_repair_removes_the_whole_leading_tool_group_before_a_user_turn() -> None:
+    # A later turn: u2 now stays before the current input u3, so the history may start there.
+    blocks = [
+        *FLIGHT_HISTORY,
+        {"id": "a3", "role": "assistant", "content": "Booked."},  # (7,0) -> 2; 6
+        {"id": "u3", "role": "user", "content": "Thanks!"},  # (7,0) -> 2; 6
+    ]  # 81
+    # 81 > 70: dropping u1 is enough (70); a1's group and a2 lead before u2: removed (38 of 70).
+    result = shift(blocks, budget=70)
     assert decisions(result.excluded) == [
         ("u1", 11, "BUDGET_OLDEST_FIRST"),
         ("a1", 15, "LEADING_ASSISTANT"),
         ("t1", 13, "TOOL_GROUP"),
         ("a2", 10, "LEADING_ASSISTANT"),
     ]
-    assert decisions(result.kept) == [("sys", 11, "PROTECTED_SYSTEM"), ("u2", 9, "PINNED")]
-
-    without_repair = shift(FLIGHT_HISTORY, budget=60, start_on_user=False)
-    assert decisions(without_repair.excluded) == [("u1", 11, "BUDGET_OLDEST_FIRST")]
-    assert [item.id for item in without_repair.kept] == ["sys", "a1", "t1", "a2", "u2"]
-    assert without_repair.prompt_tokens == 58
+    assert [item.id for item in result.kept] == ["sys", "u2", "a3", "u3"]
+    assert result.warnings == [
+        "start_on_user: removed 38 of the 70 tokens the cut kept so the history starts on a user turn"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -396,23 +426,28 @@ SYSTEMS_EVERYWHERE: list[Block] = [
 
 def test_system_blocks_in_the_middle_are_protected_and_skipped_by_the_repair() -> None:
     # 99 > 70: u1 (86), a1 (76), mem (67 <= 70). A memory block is not protected by its system role.
-    # Repair: sys_mid and dev are system, char is not kind message, a2 leads -> removed.
+    # Repair: sys_mid and dev are system, char is not kind message, a2 leads; removing it would
+    # leave no user turn before u2, so u1 is the anchor (80) and a2 pays for it (70).
     result = shift(SYSTEMS_EVERYWHERE, budget=70)
     assert decisions(result.excluded) == [
-        ("u1", 13, "BUDGET_OLDEST_FIRST"),
         ("a1", 10, "BUDGET_OLDEST_FIRST"),
         ("mem", 9, "BUDGET_OLDEST_FIRST"),
-        ("a2", 10, "LEADING_ASSISTANT"),
+        ("a2", 10, "BUDGET_OLDEST_FIRST"),
     ]
     assert decisions(result.kept) == [
         ("sys", 11, "PROTECTED_SYSTEM"),
+        ("u1", 13, "ANCHOR_USER_TURN"),
         ("sys_mid", 12, "PROTECTED_SYSTEM"),
         ("dev", 12, "PROTECTED_SYSTEM"),
         ("char", 10, "PROTECTED_SYSTEM"),
         ("u2", 12, "PINNED"),
     ]
-    assert result.prompt_tokens == 57
-    assert [message["id"] for message in result.messages] == ["sys", "sys_mid", "dev", "char", "u2"]
+    assert result.prompt_tokens == 70
+    assert [message["id"] for message in result.messages] == ["sys", "u1", "sys_mid", "dev", "char", "u2"]
+    # With 69, u1 cannot come back beside the protected 57: the repair removes a2 as before.
+    tight = shift(SYSTEMS_EVERYWHERE, budget=69)
+    assert [item.id for item in tight.kept] == ["sys", "sys_mid", "dev", "char", "u2"]
+    assert ("a2", 10, "LEADING_ASSISTANT") in decisions(tight.excluded)
 
 
 def test_system_blocks_alone_over_budget_raise() -> None:
@@ -575,14 +610,15 @@ def test_responses_items_take_their_role_from_type_and_link_by_call_id() -> None
         {"type": "function_call_output", "call_id": "fc_1", "output": "Paris: 18°C, cloudy"},  # 10
         {"role": "user", "content": "Thanks! Which city is warmest?"},  # 12
     ]  # 13 + 7 + 12 + 10 + 12 = 54
-    result = shift(blocks, budget=40)  # 54 -> 41 -> 34; then the function_call would lead
+    # 54 -> 41 -> 34; then the function_call would lead, and removing it would leave no user
+    # turn: #0 comes back as the anchor (47) and the call's group pays for it (25).
+    result = shift(blocks, budget=40)
     assert decisions(result.excluded) == [
-        ("#0", 13, "BUDGET_OLDEST_FIRST"),
         ("#1", 7, "BUDGET_OLDEST_FIRST"),
-        ("#2", 12, "LEADING_ASSISTANT"),
+        ("#2", 12, "BUDGET_OLDEST_FIRST"),
         ("#3", 10, "TOOL_GROUP"),
     ]
-    assert decisions(result.kept) == [("#4", 12, "PINNED")]
+    assert decisions(result.kept) == [("#0", 13, "ANCHOR_USER_TURN"), ("#4", 12, "PINNED")]
 
 
 def test_count_tokens_examples() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from agent_loops import SHAPES, Step, agent_loop
 from conversations import (
     TEXTS,
     Scenario,
@@ -36,7 +37,7 @@ from reference import (
 
 import contextshift
 
-KEPT_REASONS = {"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "FITS"}
+KEPT_REASONS = {"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "ANCHOR_USER_TURN", "FITS"}
 EXCLUDED_REASONS = {
     "BUDGET_OLDEST_FIRST",
     "TOOL_GROUP",
@@ -208,11 +209,20 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
     if unpinned & set(excluded_ids):
         return  # UNPINNED_BY_CAP hides which step removed the block; the reference check covers it
 
-    # BUDGET_OLDEST_FIRST removes a minimal prefix of the removable groups, oldest first.
+    # The repair's anchor (at most one): a user turn kept so the history starts on it.
+    anchors = [b for b in analysis.blocks if reason_of[b.id] == "ANCHOR_USER_TURN"]
+    assert len(anchors) <= 1
+    anchor_group = analysis.group_of[anchors[0].index] if anchors else None
+
+    # BUDGET_OLDEST_FIRST removes a minimal prefix of the removable groups, oldest first (the
+    # anchor spared, the repair's leading groups apart).
     removable = [
         group
         for group in range(len(analysis.groups))
-        if not analysis.group_protected[group] and not analysis.group_orphan[group]
+        if not analysis.group_protected[group]
+        and not analysis.group_orphan[group]
+        and group != anchor_group
+        and reason_of[ids[analysis.groups[group][0]]] != "LEADING_ASSISTANT"
     ]
     removed = [g for g in removable if reason_of[ids[analysis.groups[g][0]]] == "BUDGET_OLDEST_FIRST"]
     assert removed == removable[: len(removed)], "BUDGET_OLDEST_FIRST did not take the oldest groups"
@@ -224,17 +234,22 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
             "removed one group too many"
         )
 
-    # start_on_user: after removals, history does not begin with an unprotected assistant turn.
+    # start_on_user: after removals, history does not begin with an unprotected assistant turn,
+    # and it begins on the anchor when there is one.
     leading = [ids[analysis.groups[g][0]] for g in range(len(analysis.groups))]
-    if analysis.options.start_on_user and removed:
+    if analysis.options.start_on_user and (removed or anchors):
         first = next(
             (b for b in analysis.blocks if b.id in kept and b.kind == "message" and b.role != "system"),
             None,
         )
         if first is not None and first.role == "assistant":
             assert analysis.group_protected[analysis.group_of[first.index]]
+        if anchors:
+            assert anchors[0].role == "user" and len(analysis.groups[anchor_group]) == 1
+            assert first is not None and (first is anchors[0] or analysis.protected[first.index])
     else:
         assert not any(reason_of[block_id] == "LEADING_ASSISTANT" for block_id in leading)
+        assert not anchors
 
 
 @settings(max_examples=examples(2200))
@@ -418,3 +433,69 @@ def test_every_strategy_shifts_down_to_the_target_on_agent_loops(
     result = run_library(scenario, strategy=strategy, target_ratio=target_ratio, **options)
     check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
     check_hysteresis(scenario, strategy, target_ratio, result)
+
+
+@st.composite
+def shaped_agent_loops(draw: st.DrawFn) -> tuple[Scenario, str]:
+    """An agent loop in one of the three shapes (tests/agent_loops.py), with results of every
+    size, a task of any size, the agent's answer and the user's question (or, for Anthropic,
+    mid-run, ending on a tool result); a budget from nothing to more than it all."""
+    shape = draw(st.sampled_from(SHAPES))
+    steps = [
+        Step(
+            draw(st.sampled_from(TOOL_NAMES)),
+            {"q": "term " * draw(st.integers(0, 20))},
+            "row 42 /srv/data.csv " * draw(st.integers(0, 60)),
+        )
+        for _ in range(draw(st.integers(1, 10)))
+    ]
+    task = "Find the failing export. " * draw(st.integers(1, 40))
+    mid_run = shape == "anthropic" and draw(st.booleans())
+    blocks = agent_loop(
+        shape, steps, task=task, answer=None if mid_run else "Done.", question=None if mid_run else "Why?"
+    )
+    total = sum(contextshift.count_tokens(blocks))
+    return Scenario(blocks, draw(st.integers(0, total + 20)), None), shape
+
+
+def protected_tokens(scenario: Scenario) -> int:
+    analysis = analyze(scenario.blocks, budget=scenario.budget, options=scenario.options)
+    return sum(t for t, p in zip(analysis.tokens, analysis.protected, strict=True) if p)
+
+
+def check_loop_keeps_a_user_turn(scenario: Scenario, strategy: str, result: contextshift.ShiftResult) -> None:
+    """The repair never empties an agent loop: a user turn stays before the current input (the
+    task, as the anchor or because it fits), or a summary stands for it, or the task cannot fit
+    beside the protected blocks (and the room a summary reserves), or the cut itself (without the
+    repair) already kept no history."""
+    if "task" in {d.id for d in result.kept} or result.summary is not None:
+        return
+    cut = run_library(scenario, strategy=strategy, start_on_user=False)
+    if not any(d.reason == "FITS" for d in cut.kept):
+        return  # the cut kept no history: nothing for the repair to empty
+    [task_tokens] = contextshift.count_tokens([scenario.blocks[1]])
+    reserve = 512 if strategy == "summarize" else 0  # summary_max_tokens, by default
+    assert protected_tokens(scenario) + task_tokens + reserve > result.budget, (
+        f"{strategy}: the repair emptied the loop although its task fits"
+    )
+
+
+@settings(max_examples=examples(300))
+@given(shaped_agent_loops(), st.sampled_from(BUILT_IN_STRATEGIES), st.sampled_from([1.0, 0.8, 0.5]))
+def test_agent_loops_in_every_shape_keep_a_user_turn(
+    loop: tuple[Scenario, str], strategy: str, target_ratio: float
+) -> None:
+    scenario, _shape = loop
+    if strategy == "truncate" and target_ratio == 1.0:
+        result = assert_same_outcome(scenario)  # the reference implements the repair too
+        if result is None:
+            return
+        check_invariants(scenario, result)
+    try:
+        result = run_library(scenario, strategy=strategy, target_ratio=target_ratio)
+    except contextshift.TokenBudgetExceeded:
+        return  # protected blocks alone do not fit
+    check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
+    check_hysteresis(scenario, strategy, target_ratio, result)
+    if target_ratio == 1.0:
+        check_loop_keeps_a_user_turn(scenario, strategy, result)

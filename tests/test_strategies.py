@@ -337,7 +337,7 @@ def test_vector_recall_scores_embeddings_by_cosine_and_text_by_bm25() -> None:
     assert [d.id for d in by_cosine.excluded] == ["far"]
 
 
-def test_vector_recall_with_every_lorebook_entry_mandatory_drops_history() -> None:
+def test_vector_recall_with_every_lorebook_entry_mandatory_shifts_history() -> None:
     blocks = [
         lore("l0", "x" * 40, mandatory=True),
         turn("u0", "user", "old question"),
@@ -346,10 +346,12 @@ def test_vector_recall_with_every_lorebook_entry_mandatory_drops_history() -> No
     ]
     budget = sum(tokens(b) for b in blocks) - 1
     result = contextshift.shift_context(blocks, budget=budget, strategy="vector-recall")
+    # u0 goes for the budget; a0 would then lead with no user turn before u1, so u0 comes back
+    # as the anchor and a0 pays for it.
     assert reasons(result) == {
         "l0": "MANDATORY",
-        "u0": "BUDGET_OLDEST_FIRST",
-        "a0": "LEADING_ASSISTANT",
+        "u0": "ANCHOR_USER_TURN",
+        "a0": "BUDGET_OLDEST_FIRST",
         "u1": "PINNED",
     }
     assert result.relevance == []
@@ -431,8 +433,11 @@ def test_manual_then_truncates_when_still_over() -> None:
     blocks[2]["meta"] = {"manualExcluded": True}
     budget = tokens(blocks[0]) * 3
     result = contextshift.shift_context(blocks, budget=budget, strategy="manual")
+    # Flagged u2 goes; u0 and u1 go for the budget; u3 would then lead with no user turn before
+    # the current input u4: u0 (not the flagged u2) comes back as the anchor, u3 pays for it.
     assert reasons(result)["u2"] == "MANUAL_EXCLUDED"
-    assert reasons(result)["u0"] == "BUDGET_OLDEST_FIRST"
+    assert [d.id for d in result.kept] == ["u0", "u4", "u5"]
+    assert reasons(result)["u0"] == "ANCHOR_USER_TURN"
     assert result.prompt_tokens <= budget
 
 

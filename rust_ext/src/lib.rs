@@ -18,7 +18,7 @@ use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
     profile_by_name, protection, rewrite_block as core_rewrite_block, Block, CharCap, CharCut, Groups, Node, PlanInput,
-    Profile, ProfileError, ProfileInfo, Reason, Role, Shape, Violation,
+    Profile, ProfileError, ProfileInfo, Reason, Repair, Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -97,6 +97,7 @@ fn reason_str(py: Python<'_>, reason: Reason) -> &Bound<'_, PyString> {
         Reason::LowRelevance => pyo3::intern!(py, "LOW_RELEVANCE"),
         Reason::OrphanToolResult => pyo3::intern!(py, "ORPHAN_TOOL_RESULT"),
         Reason::LeadingAssistant => pyo3::intern!(py, "LEADING_ASSISTANT"),
+        Reason::AnchorUserTurn => pyo3::intern!(py, "ANCHOR_USER_TURN"),
         Reason::Summarized => pyo3::intern!(py, "SUMMARIZED"),
         Reason::CharCap => pyo3::intern!(py, "CHAR_CAP"),
         Reason::UnpinnedByCap => pyo3::intern!(py, "UNPINNED_BY_CAP"),
@@ -364,6 +365,8 @@ struct Plan {
     excluded: Tupled<usize>,
     #[pyo3(get)]
     total: u64,
+    /// What the repair did (contextshift_core::repair).
+    repair: Repair,
     /// Per block.
     tokens: Vec<u64>,
     reasons: Vec<Reason>,
@@ -401,6 +404,24 @@ impl Plan {
     #[getter]
     fn excluded(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
         self.excluded.tuple(py)
+    }
+
+    /// The prompt's tokens after the cut, before the repair (stage 5).
+    #[getter]
+    fn cut_tokens(&self) -> u64 {
+        self.repair.cut_tokens
+    }
+
+    /// The tokens of the blocks the repair removed.
+    #[getter]
+    fn repair_removed(&self) -> u64 {
+        self.repair.removed_tokens
+    }
+
+    /// The user turn the repair kept as the anchor (ANCHOR_USER_TURN), if any.
+    #[getter]
+    fn anchor(&self) -> Option<usize> {
+        self.repair.anchor
     }
 
     #[getter]
@@ -724,6 +745,7 @@ impl Conversation {
                 kept: kept.into(),
                 excluded: excluded.into(),
                 total: plan.total,
+                repair: plan.repair,
                 tokens: counts.tokens.to_vec(),
                 reasons: plan.reasons,
                 kept_decisions: PyOnceLock::new(),

@@ -31,6 +31,21 @@ from contextshift.strategies import (
 PROTECTED_REASONS = frozenset({"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "SUMMARY"})
 
 
+def repair_warning(plan: engine.Plan, conversation: engine.Conversation) -> list[str]:
+    """The warning of a repair (stage 5) that removed more than a quarter of what the cut kept."""
+    removed, cut = plan.repair_removed, plan.cut_tokens
+    if removed * 4 <= cut:
+        return []
+    if plan.anchor is None:
+        how = "so the history starts on a user turn"
+        return [f"start_on_user: removed {removed} of the {cut} tokens the cut kept {how}"]
+    anchor = conversation.block_id(plan.anchor)
+    return [
+        f"start_on_user: kept {anchor} as the anchor (ANCHOR_USER_TURN) and removed {removed} of the "
+        f"{cut} tokens the cut kept to pay for it"
+    ]
+
+
 @dataclass(frozen=True, slots=True)
 class Truncation:
     id: str
@@ -373,6 +388,7 @@ def shift_context(
         warnings=resolution.warnings
         + resolved.warnings
         + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned]
+        + repair_warning(outcome.plan, conversation)
         + outcome.warnings,
         model=resolution.model,
         calibration_factor=factor,

@@ -734,6 +734,90 @@ def _kept_reason(analysis: Analysis, block: Block) -> str:
     return "FITS"
 
 
+def _is_user_turn(analysis: Analysis, index: int) -> bool:
+    """§4.5: a message block with role user alone in its group."""
+    block = analysis.blocks[index]
+    return (
+        block.kind == "message"
+        and block.role == "user"
+        and len(analysis.groups[analysis.group_of[index]]) == 1
+    )
+
+
+def _repair(analysis: Analysis, excluded: dict[int, str], total: int) -> tuple[int | None, int]:
+    """§4.5 on the cut in `excluded` (changed in place), whose kept blocks hold `total` tokens.
+    Returns the anchor (or None) and the tokens the repair removed."""
+
+    def exclude_group(group: int, reason: str) -> None:
+        earliest, *others = analysis.groups[group]
+        excluded[earliest] = reason
+        excluded.update(dict.fromkeys(others, "TOOL_GROUP"))
+
+    # 1. The leading groups, and the first kept history block after them.
+    leading: list[int] = []
+    first = None
+    for block in analysis.blocks:
+        group = analysis.group_of[block.index]
+        if block.index in excluded or block.kind != "message" or block.role == "system" or group in leading:
+            continue
+        if block.role != "assistant" or analysis.group_protected[group]:
+            first = block.index
+            break
+        leading.append(group)
+    if not leading:
+        return None, 0
+    removed = sum(analysis.group_tokens(g) for g in leading)
+
+    # 2. A user turn kept before the current input: the leading groups go.
+    current = _current_input(analysis.blocks)
+    end = -1 if current is None else current  # no current input: no user turn at all
+    start = end if first is None else first
+    kept_turn = any(i not in excluded and _is_user_turn(analysis, i) for i in range(start, end))
+    candidates = [
+        i for i in range(end) if excluded.get(i) == "BUDGET_OLDEST_FIRST" and _is_user_turn(analysis, i)
+    ]
+    # 3. Else the latest user turn the budget removed is the anchor, if it can be afforded.
+    removable = sum(
+        t
+        for i, t in enumerate(analysis.tokens)
+        if i not in excluded and not analysis.group_protected[analysis.group_of[i]]
+    )
+    if kept_turn or not candidates or total + analysis.tokens[candidates[-1]] - removable > analysis.budget:
+        for group in leading:
+            exclude_group(group, "LEADING_ASSISTANT")
+        return None, removed
+    anchor = candidates[-1]
+    del excluded[anchor]
+    total += analysis.tokens[anchor]
+    removed = 0
+    for group in leading:
+        if analysis.groups[group][0] < anchor:
+            exclude_group(group, "LEADING_ASSISTANT")
+            total -= analysis.group_tokens(group)
+            removed += analysis.group_tokens(group)
+    # Paid for by the oldest kept groups after it (§4.4's walk, the anchor spared).
+    for group, members in enumerate(analysis.groups):
+        if total <= analysis.budget:
+            break
+        if analysis.group_protected[group] or members[0] in excluded or anchor in members:
+            continue
+        exclude_group(group, "BUDGET_OLDEST_FIRST")
+        total -= analysis.group_tokens(group)
+        removed += analysis.group_tokens(group)
+    return anchor, removed
+
+
+def repair_warning(analysis: Analysis, anchor: int | None, removed: int, cut: int) -> str:
+    """§6: the warning of a repair that removed more than a quarter of the `cut` tokens the cut
+    kept. The wording is the library's (service/contextshift/shift.py)."""
+    if anchor is None:
+        return f"start_on_user: removed {removed} of the {cut} tokens the cut kept so the history starts on a user turn"
+    return (
+        f"start_on_user: kept {analysis.blocks[anchor].id} as the anchor (ANCHOR_USER_TURN) and removed "
+        f"{removed} of the {cut} tokens the cut kept to pay for it"
+    )
+
+
 def reference_shift(
     blocks: Sequence[dict[str, object]],
     *,
@@ -742,6 +826,7 @@ def reference_shift(
 ) -> RefResult:
     """The whole shift of docs/semantics.md for profile "heuristic" and strategy "truncate"."""
     analysis = analyze(blocks, budget=budget, options=options)
+    warnings = list(analysis.warnings)
     excluded: dict[int, str] = {}  # block index -> reason
 
     def exclude_group(group: int, reason: str) -> None:
@@ -769,23 +854,12 @@ def reference_shift(
     if total > analysis.budget:
         raise RefBudgetExceeded(total, analysis.budget)
 
-    # Repair: a history must not begin with an unprotected assistant turn.
+    # §4.5 Repair: the history starts on a user turn.
+    anchor: int | None = None
     if analysis.options.start_on_user and strategy_excluded:
-        while True:
-            first = next(
-                (
-                    b
-                    for b in analysis.blocks
-                    if b.index not in excluded and b.kind == "message" and b.role != "system"
-                ),
-                None,
-            )
-            if first is None or first.role != "assistant":
-                break
-            group = analysis.group_of[first.index]
-            if analysis.group_protected[group]:
-                break
-            exclude_group(group, "LEADING_ASSISTANT")
+        anchor, removed = _repair(analysis, excluded, total)
+        if removed * 4 > total:
+            warnings.append(repair_warning(analysis, anchor, removed, total))
 
     for i in analysis.unpinned:
         if i in excluded:
@@ -800,7 +874,8 @@ def reference_shift(
         message = analysis.messages[block.index]
         recounted = parse_block(block.index, message, [])
         assert recounted is not None
-        kept.append((block.id, recounted.tokens(), _kept_reason(analysis, block)))
+        reason = "ANCHOR_USER_TURN" if block.index == anchor else _kept_reason(analysis, block)
+        kept.append((block.id, recounted.tokens(), reason))
         messages.append(message)
     prompt_tokens = sum(tokens for _, tokens, _ in kept) + PROMPT_OVERHEAD
     assert prompt_tokens <= analysis.budget, "reference bug: over budget"
@@ -815,7 +890,7 @@ def reference_shift(
         truncated=analysis.truncated,
         prompt_tokens=prompt_tokens,
         budget=analysis.budget,
-        warnings=analysis.warnings,
+        warnings=warnings,
         messages=messages,
     )
 

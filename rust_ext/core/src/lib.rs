@@ -20,6 +20,7 @@ pub mod plan;
 #[cfg(feature = "counting")]
 pub mod profile;
 pub mod relevance;
+pub mod repair;
 pub mod tools;
 pub mod wire;
 
@@ -33,3 +34,4 @@ pub use parse::{
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
 #[cfg(feature = "counting")]
 pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};
+pub use repair::Repair;

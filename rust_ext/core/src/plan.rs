@@ -1,8 +1,9 @@
 //! Protection, the pinned cap, and the removal plan (orphans, oldest-first removal by whole
-//! groups, leading-assistant repair). docs/semantics.md §4–5.
+//! groups, then the repair of `crate::repair`). docs/semantics.md §4–5.
 
 use crate::block::{Block, Kind, Role};
 use crate::group::Groups;
+use crate::repair::{repair_start, Repair};
 
 /// Why a block is protected; decides its kept reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +28,8 @@ pub enum Reason {
     LowRelevance,
     OrphanToolResult,
     LeadingAssistant,
+    /// Kept: the user turn the repair brought back so the history starts on a user turn.
+    AnchorUserTurn,
     Summarized,
     CharCap,
     UnpinnedByCap,
@@ -35,7 +38,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, for lookups by name.
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::ProtectedSystem,
         Reason::Pinned,
         Reason::Mandatory,
@@ -46,6 +49,7 @@ impl Reason {
         Reason::LowRelevance,
         Reason::OrphanToolResult,
         Reason::LeadingAssistant,
+        Reason::AnchorUserTurn,
         Reason::Summarized,
         Reason::CharCap,
         Reason::UnpinnedByCap,
@@ -69,6 +73,7 @@ impl Reason {
             Reason::LowRelevance => "LOW_RELEVANCE",
             Reason::OrphanToolResult => "ORPHAN_TOOL_RESULT",
             Reason::LeadingAssistant => "LEADING_ASSISTANT",
+            Reason::AnchorUserTurn => "ANCHOR_USER_TURN",
             Reason::Summarized => "SUMMARIZED",
             Reason::CharCap => "CHAR_CAP",
             Reason::UnpinnedByCap => "UNPINNED_BY_CAP",
@@ -129,6 +134,8 @@ pub struct Plan {
     pub reasons: Vec<Reason>,
     /// Prompt tokens by the running total (the caller recounts independently).
     pub total: u64,
+    /// What the stage-5 repair did (nothing when it did not run).
+    pub repair: Repair,
 }
 
 /// Protected blocks alone do not fit.
@@ -187,26 +194,46 @@ impl<'a> PlanInput<'a> {
     }
 }
 
-struct Planner<'a> {
-    input: &'a PlanInput<'a>,
-    kept: Vec<bool>,
-    reasons: Vec<Reason>,
-    total: u64,
+pub(crate) struct Planner<'a> {
+    pub(crate) input: &'a PlanInput<'a>,
+    pub(crate) kept: Vec<bool>,
+    pub(crate) reasons: Vec<Reason>,
+    pub(crate) total: u64,
+    /// Per group: some member is protected.
+    pub(crate) group_protected: Vec<bool>,
 }
 
 impl Planner<'_> {
     /// Excludes a whole group: its earliest member carries `reason`, the others `TOOL_GROUP`.
-    fn exclude(&mut self, g: usize, reason: Reason) {
+    pub(crate) fn exclude(&mut self, g: usize, reason: Reason) {
         for (k, &i) in self.input.groups.members(g).iter().enumerate() {
             self.kept[i] = false;
             self.reasons[i] = if k == 0 { reason } else { Reason::ToolGroup };
             self.total -= self.input.tokens[i];
         }
     }
+
+    /// Excludes the oldest kept unprotected groups (`BUDGET_OLDEST_FIRST`), skipping `spared`,
+    /// while the total is over `limit`; whether it excluded any.
+    pub(crate) fn remove_oldest(&mut self, limit: u64, spared: Option<usize>) -> bool {
+        let groups = self.input.groups;
+        let mut removed = false;
+        for g in 0..groups.len() {
+            if self.total <= limit {
+                break;
+            }
+            if self.group_protected[g] || !self.kept[groups.members(g)[0]] || Some(g) == spared {
+                continue;
+            }
+            self.exclude(g, Reason::BudgetOldestFirst);
+            removed = true;
+        }
+        removed
+    }
 }
 
-/// Stages 4–5 with the `truncate` strategy: orphans out, then unprotected groups oldest-first
-/// until the prompt fits, then the leading-assistant repair. Linear in blocks.
+/// Stages 4–5: orphans out, a strategy's forced and ranked groups, then unprotected groups
+/// oldest-first until the prompt fits, then the repair (`crate::repair`). Linear in blocks.
 pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
     let n = input.blocks.len();
     let groups = input.groups;
@@ -219,10 +246,11 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
         kept: vec![true; n],
         reasons: vec![Reason::Fits; n],
         total: input.prompt_overhead + input.tokens.iter().sum::<u64>(),
+        group_protected,
     };
 
-    for (g, &is_protected) in group_protected.iter().enumerate() {
-        if groups.is_orphan(g) && !is_protected {
+    for g in 0..groups.len() {
+        if groups.is_orphan(g) && !planner.group_protected[g] {
             planner.exclude(g, Reason::OrphanToolResult);
         }
     }
@@ -233,7 +261,7 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
     // Excludes block `i`'s group for a strategy, unless it is protected or already out.
     let mut exclude = |planner: &mut Planner, i: usize, reason: Reason| {
         let g = groups.group_of[i];
-        if !group_protected[g] && planner.kept[groups.members(g)[0]] {
+        if !planner.group_protected[g] && planner.kept[groups.members(g)[0]] {
             removed_any |= groups.members(g).iter().any(|&m| input.blocks[m].kind == Kind::Message);
             planner.exclude(g, reason);
         }
@@ -249,36 +277,14 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
         }
         exclude(&mut planner, i, reason);
     }
-    for (g, &is_protected) in group_protected.iter().enumerate() {
-        if planner.total <= limit {
-            break;
-        }
-        let earliest = groups.members(g)[0];
-        if is_protected || !planner.kept[earliest] {
-            continue;
-        }
-        planner.exclude(g, Reason::BudgetOldestFirst);
-        removed_any = true;
-    }
+    removed_any |= planner.remove_oldest(limit, None);
     if planner.total > input.budget {
         return Err(BudgetExceeded { protected_tokens: planner.total, budget: input.budget });
     }
 
-    if input.start_on_user && removed_any {
-        for i in 0..n {
-            let block = &input.blocks[i];
-            if !planner.kept[i] || block.kind != Kind::Message || block.role == Role::System {
-                continue;
-            }
-            let g = groups.group_of[i];
-            if block.role != Role::Assistant || group_protected[g] {
-                break;
-            }
-            planner.exclude(g, Reason::LeadingAssistant);
-        }
-    }
+    let repair = if input.start_on_user && removed_any { repair_start(&mut planner, limit) } else { Repair::default() };
 
-    let Planner { kept, mut reasons, total, .. } = planner;
+    let Planner { kept, mut reasons, total, group_protected, .. } = planner;
     for i in 0..n {
         if kept[i] {
             reasons[i] = match input.protection[i] {
@@ -286,13 +292,14 @@ pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
                 Protection::Mandatory => Reason::Mandatory,
                 Protection::Pinned => Reason::Pinned,
                 Protection::None if group_protected[groups.group_of[i]] => Reason::ToolGroup,
+                Protection::None if repair.anchor == Some(i) => Reason::AnchorUserTurn,
                 Protection::None => Reason::Fits,
             };
         } else if input.unpinned[i] {
             reasons[i] = Reason::UnpinnedByCap;
         }
     }
-    Ok(Plan { kept, reasons, total })
+    Ok(Plan { kept, reasons, total, repair })
 }
 
 #[cfg(test)]
@@ -331,6 +338,16 @@ mod tests {
         Ok(blocks.iter().zip(plan.kept).zip(plan.reasons).map(|((b, k), r)| (b.id.clone(), k, r.as_str())).collect())
     }
 
+    fn plan_repair(values: Value, budget: u64) -> Repair {
+        let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let tokens = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
+        let groups = Groups::build(&blocks);
+        let unpinned = vec![false; blocks.len()];
+        let protection = protection(&blocks, true, &unpinned);
+        let input = PlanInput::truncate(&blocks, &tokens, &groups, &protection, &unpinned, budget, 0, true);
+        plan_removal(&input).unwrap().repair
+    }
+
     fn reasons(decided: &Decided) -> Vec<&'static str> {
         decided.iter().map(|d| d.2).collect()
     }
@@ -346,17 +363,141 @@ mod tests {
         ])
     }
 
+    // An agent loop: a task, three call/result pairs, a final answer and a question; 5 tokens a
+    // block (the calls' empty names and arguments cost nothing), 45 in all.
+    fn agent_loop() -> Value {
+        let mut blocks = vec![json!({"id": "sys", "role": "system", "content": "s"})];
+        blocks.push(json!({"id": "task", "role": "user", "content": "t"}));
+        for n in 0..3 {
+            let call = json!({"id": format!("c{n}"), "name": "", "arguments": ""});
+            blocks.push(json!({"id": format!("a{n}"), "role": "assistant", "content": "x", "tool_calls": [call]}));
+            blocks
+                .push(json!({"id": format!("r{n}"), "role": "tool", "tool_call_id": format!("c{n}"), "content": "y"}));
+        }
+        blocks.push(json!({"id": "answer", "role": "assistant", "content": "z"}));
+        blocks.push(json!({"id": "question", "role": "user", "content": "q"}));
+        Value::Array(blocks)
+    }
+
+    fn kept_ids(decided: &Decided) -> Vec<&str> {
+        decided.iter().filter(|d| d.1).map(|d| d.0.as_str()).collect()
+    }
+
+    #[test]
+    fn an_agent_loop_keeps_its_latest_user_turn_as_the_anchor() {
+        // Budget 35: the cut takes the task and the first pair (15). Removing every assistant
+        // turn would leave [sys, question]; the task comes back and the next pair pays for it.
+        let got = plan(agent_loop(), 35).unwrap();
+        assert_eq!(kept_ids(&got), ["sys", "task", "a2", "r2", "answer", "question"]);
+        assert_eq!(
+            reasons(&got),
+            [
+                "PROTECTED_SYSTEM",
+                "ANCHOR_USER_TURN",
+                "BUDGET_OLDEST_FIRST",
+                "TOOL_GROUP",
+                "BUDGET_OLDEST_FIRST",
+                "TOOL_GROUP",
+                "FITS",
+                "FITS",
+                "FITS",
+                "PINNED"
+            ]
+        );
+        let repair = plan_repair(agent_loop(), 35);
+        assert_eq!(repair, Repair { cut_tokens: 35, removed_tokens: 10, anchor: Some(1) });
+    }
+
+    #[test]
+    fn without_room_for_the_anchor_the_leading_turns_go() {
+        // Budget 14: only sys and question fit; the task cannot come back.
+        let got = plan(agent_loop(), 14).unwrap();
+        assert_eq!(kept_ids(&got), ["sys", "question"]);
+        // Budget 15: the task fits beside them once every removable group is gone.
+        let got = plan(agent_loop(), 15).unwrap();
+        assert_eq!(kept_ids(&got), ["sys", "task", "question"]);
+        assert_eq!(reasons(&got)[1], "ANCHOR_USER_TURN");
+        assert_eq!(reasons(&got)[8], "BUDGET_OLDEST_FIRST");
+    }
+
+    #[test]
+    fn the_anchor_must_fit_the_target_once_a_shift_is_needed() {
+        // sys 5, a task of 20, answer 5, question 5: 35. The cut takes the task (15).
+        let values = json!([
+            {"id": "sys", "role": "system", "content": "s"},
+            {"id": "task", "role": "user", "content": "t".repeat(64)},
+            {"id": "answer", "role": "assistant", "content": "z"},
+            {"id": "question", "role": "user", "content": "q"}
+        ]);
+        // Against the budget (34), the task fits once the answer pays for it (30).
+        let plain = plan_with(values.clone(), 34, 34, &[], &[]).unwrap();
+        assert_eq!(kept_ids(&plain), ["sys", "task", "question"]);
+        // With a target of 20 it would end over the target: the answer goes as before.
+        let down = plan_with(values, 34, 20, &[], &[]).unwrap();
+        assert_eq!(kept_ids(&down), ["sys", "question"]);
+        assert_eq!(reasons(&down)[2], "LEADING_ASSISTANT");
+    }
+
+    #[test]
+    fn a_kept_user_turn_makes_the_leading_turns_go_as_before() {
+        // A user turn between the pairs: the history can start there. The cut takes the task
+        // and the first pair (55 -> 40), the repair the second pair.
+        let mut values = agent_loop();
+        values.as_array_mut().unwrap().insert(6, json!({"id": "more", "role": "user", "content": "m"}));
+        let got = plan(values.clone(), 40).unwrap();
+        assert_eq!(kept_ids(&got), ["sys", "more", "a2", "r2", "answer", "question"]);
+        assert_eq!(reasons(&got)[4], "LEADING_ASSISTANT");
+        assert_eq!(plan_repair(values, 40), Repair { cut_tokens: 40, removed_tokens: 10, anchor: None });
+    }
+
+    #[test]
+    fn a_user_turn_that_carries_tool_results_is_no_anchor() {
+        // Anthropic: the results come in user blocks, grouped with their calls; the task is the
+        // only user turn, and the current input is the last result (its group protected).
+        let values = json!([
+            {"id": "task", "role": "user", "content": "t"},
+            {"id": "a0", "role": "assistant", "content": [{"type": "tool_use", "id": "c0", "name": "", "input": {}}]},
+            {"id": "r0", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c0", "content": "y"}]},
+            {"id": "a1", "role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "", "input": {}}]},
+            {"id": "r1", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": "y"}]},
+            {"id": "a2", "role": "assistant", "content": [{"type": "tool_use", "id": "c2", "name": "", "input": {}}]},
+            {"id": "r2", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2", "content": "y"}]}
+        ]);
+        let tokens = {
+            let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+            count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>())
+        };
+        let all: u64 = tokens.iter().sum();
+        // Room for all but the first pair: the cut takes the task and that pair, the task comes
+        // back in the room the pair left.
+        let budget = all - tokens[1] - tokens[2];
+        let got = plan(values.clone(), budget).unwrap();
+        assert_eq!(kept_ids(&got), ["task", "a1", "r1", "a2", "r2"]);
+        assert_eq!(reasons(&got)[..3], ["ANCHOR_USER_TURN", "BUDGET_OLDEST_FIRST", "TOOL_GROUP"]);
+        // One token less: the next pair pays for it.
+        let got = plan(values, budget - 1).unwrap();
+        assert_eq!(kept_ids(&got), ["task", "a2", "r2"]);
+    }
+
+    #[test]
+    fn a_chat_whose_cut_left_only_the_question_gets_no_anchor() {
+        // No leading assistant turn to remove: the repair has nothing to do.
+        let got = plan(five(), 10).unwrap();
+        assert_eq!(kept_ids(&got), ["sys", "u2"]);
+    }
+
     #[test]
     fn target_applies_only_once_a_shift_is_needed() {
         // Fits the budget: the target does not cut.
         let fits = plan_with(five(), 25, 10, &[], &[]).unwrap();
         assert!(fits.iter().all(|d| d.1));
         // Over the budget (24): removal goes on down to the target (15), not just under 24 (then
-        // the repair drops the assistant turn the history would start with).
+        // the repair keeps u1 as the anchor, so the history starts on a user turn, and pays for
+        // it with the assistant turn, down to the target again).
         let cut = plan_with(five(), 24, 15, &[], &[]).unwrap();
         assert_eq!(
             reasons(&cut),
-            ["PROTECTED_SYSTEM", "BUDGET_OLDEST_FIRST", "BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "PINNED"]
+            ["PROTECTED_SYSTEM", "BUDGET_OLDEST_FIRST", "ANCHOR_USER_TURN", "BUDGET_OLDEST_FIRST", "PINNED"]
         );
         // Protected blocks over the target but within the budget still succeed.
         let floor = plan_with(five(), 24, 1, &[], &[]).unwrap();
@@ -409,6 +550,8 @@ mod tests {
     // Every block below costs 4 + 1 = 5 tokens (a short text).
     #[test]
     fn removes_oldest_groups_until_it_fits_and_repairs_the_start() {
+        // The cut (30 -> 15) leaves a2 first; removing it would leave no user turn before u2, so
+        // u1 comes back as the anchor and a2 pays for it.
         let got = plan(
             json!([
                 {"id": "sys", "role": "system", "content": "s"},
@@ -425,10 +568,10 @@ mod tests {
             got,
             [
                 ("sys".into(), true, "PROTECTED_SYSTEM"),
-                ("u1".into(), false, "BUDGET_OLDEST_FIRST"),
+                ("u1".into(), true, "ANCHOR_USER_TURN"),
                 ("a1".into(), false, "BUDGET_OLDEST_FIRST"),
                 ("t1".into(), false, "TOOL_GROUP"),
-                ("a2".into(), false, "LEADING_ASSISTANT"),
+                ("a2".into(), false, "BUDGET_OLDEST_FIRST"),
                 ("u2".into(), true, "PINNED"),
             ]
         );

@@ -864,7 +864,8 @@ class BlockDecision(_message.Message):
     """The block's tokens (after any cut)."""
     reason: _builtins.str
     """A stable reason code: PROTECTED_SYSTEM, PINNED, MANDATORY, FITS, BUDGET_OLDEST_FIRST,
-    TOOL_GROUP, MANUAL_EXCLUDED, LOW_RELEVANCE, ORPHAN_TOOL_RESULT, LEADING_ASSISTANT, SUMMARIZED,
+    TOOL_GROUP, MANUAL_EXCLUDED, LOW_RELEVANCE, ORPHAN_TOOL_RESULT, LEADING_ASSISTANT,
+    ANCHOR_USER_TURN (kept so an agent loop's history starts on a user turn), SUMMARIZED,
     SUMMARY (the inserted summary block), CHAR_CAP, UNPINNED_BY_CAP, PLUGIN_EXCLUDED.
     """
     def __init__(
