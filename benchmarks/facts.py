@@ -47,7 +47,10 @@ def recent_text_that_fits(texts: list[str], tokens: int) -> str:
 def measure(chat: dict[str, Any]) -> dict[str, Any]:
     blocks = chat["blocks"]
     budget = sum(contextshift.count_tokens(blocks, PROFILE)) // 5
-    result = contextshift.shift_context(blocks, budget=budget, profile=PROFILE, strategy="summarize")
+    options = {"summary_max_tokens": SUMMARY_TOKENS}
+    result = contextshift.shift_context(
+        blocks, budget=budget, profile=PROFILE, strategy="summarize", options=options
+    )
     assert result.summary is not None, f"{chat['name']}: no summary"
     left_out = {d.id for d in result.excluded}
     texts = [b["content"] for b in blocks if b["id"] in left_out]

@@ -84,7 +84,7 @@ def test_the_facts_the_answer_left_out_go_on_a_facts_line(fake_llm: FakeLlm) -> 
     every = facts.distinct(f for text in summarized for f in facts.extract(text))
     in_answer = {f for f in every if f in answer}
     assert in_answer == {"INV-1000", "INV-1001", "/srv/billing/run_0.log"}
-    assert facts_line.split("; ") == [f for f in every if f not in in_answer]  # the rest, in order
+    assert facts_line.split("; ") == [f for f in reversed(every) if f not in in_answer]  # newest first
     assert result.summary.facts_kept == result.summary.facts_total == len(every)
 
 
@@ -95,7 +95,7 @@ def test_facts_older_than_the_transcript_sent_are_counted_and_kept(fake_llm: Fak
     summary = result.summary
     assert summary is not None
     assert "/srv/early/report_0.csv" not in fake_llm.requests[0].user_message
-    assert summary.text.endswith("\nFacts: /srv/early/report_0.csv; OPS-4711")
+    assert summary.text.endswith("\nFacts: OPS-4711; /srv/early/report_0.csv")  # newest first
     assert (summary.facts_kept, summary.facts_total) == (2, 2)
 
 

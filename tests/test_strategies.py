@@ -161,20 +161,27 @@ def test_summarize_reads_facts_from_the_most_recent_window_and_says_so(
     assert f"most recent {extractive.MAX_INPUT_CHARS} characters" in warning
 
 
+def roomy(limit: int = 10_000) -> extractive.Room:
+    """A summary's room of `limit` heuristic tokens."""
+    return extractive.Room(
+        limit,
+        lambda text: contextshift.count_tokens([{"role": "system", "content": text}])[0],
+        lambda texts: contextshift.count_tokens(list(texts)),
+    )
+
+
 def test_summaries_keep_code_spans_and_fenced_code_byte_for_byte() -> None:
     code = "```py\ndef f():\n    return  1\n```"
     text = f"Call `x. y` first.   Then run `a  b\tc`  twice.\n{code}\nDone."
-    made = extractive.summarize([extractive.Turn("assistant", text)], "", lambda _: True)
+    made = extractive.summarize([extractive.Turn("assistant", text)], roomy())
     assert made is not None
     # Prose on one line with single spaces; a code span is neither split nor re-spaced, and a
-    # fenced block keeps its lines and indentation.
+    # fenced block keeps its lines and indentation. "Done." says too little to be worth a place.
     assert made.text == "\n".join(
         [
             "[Conversation summary]",
-            "assistant: Call `x. y` first.",
-            "assistant: Then run `a  b\tc` twice.",
-            f"assistant: {code}",
-            "assistant: Done.",
+            "assistant: Call `x. y` first. Then run `a  b\tc` twice.",
+            f"  {code}",
         ]
     )
     assert made.facts_kept == made.facts_total == 2  # the two code spans
@@ -185,7 +192,7 @@ def test_summarize_ends_at_the_target_once_a_shift_is_needed() -> None:
     # The target (350) leaves no summary_max_tokens beside the protected blocks: the summary
     # takes the room under the target, not under the budget.
     result = contextshift.shift_context(
-        blocks, budget=700, strategy="summarize", options={"target_ratio": 0.5}
+        blocks, budget=700, strategy="summarize", options={"target_ratio": 0.5, "summary_max_tokens": 512}
     )
     summary = result.summary
     assert summary is not None and kept_ids(result) == ["sys", "summary", "now"]
@@ -214,7 +221,10 @@ def test_summarize_history_that_is_already_summaries() -> None:
     result = contextshift.shift_context(blocks, budget=200, strategy="summarize")
     assert result.summary is not None
     assert result.summary.text.count("[Conversation summary]") == 1  # one header, old ones are text
-    assert "/tmp/out_7.csv" in result.summary.text
+    summarized = [d.id for d in result.excluded]
+    assert summarized and all(
+        f"/tmp/out_{block_id[1:]}.csv" in result.summary.text for block_id in summarized
+    )
     assert result.prompt_tokens <= 200
 
 
@@ -737,7 +747,7 @@ def test_built_in_strategies_are_listed_with_their_options() -> None:
     listed = {s.name: s for s in contextshift.list_strategies()}
     assert {"truncate", "summarize", "vector-recall", "manual", "clear-tool-results"} <= set(listed)
     assert [(o.name, o.kind, o.default) for o in listed["summarize"].options] == [
-        ("summary_max_tokens", "int", 512)
+        ("summary_max_tokens", "int", 0)  # 0: the size follows the budget
     ]
     assert listed["drop-greetings"].builtin is False  # the sample plugin's, from its entry point
     assert all(s.builtin and s.description for name, s in listed.items() if name != "drop-greetings")

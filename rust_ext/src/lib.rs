@@ -14,6 +14,7 @@ use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::plan::Protection;
 use contextshift_core::relevance::bm25;
 use contextshift_core::tools::{parse_json_tools, parse_tools};
+use contextshift_core::verbatim;
 use contextshift_core::wire;
 use contextshift_core::{
     block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
@@ -805,6 +806,28 @@ impl Conversation {
     /// Each given block's text: its text pieces joined by newlines (no names, calls or images).
     fn texts(&self, indices: Vec<usize>) -> PyResult<Vec<String>> {
         guarded(|| Ok(self.selected(&indices)?.iter().map(|b| b.pieces.join("\n")).collect()))
+    }
+
+    /// For each of `needles`, whether the given blocks (their text pieces and calls) or `extra`
+    /// texts hold it verbatim, whitespace runs counted as one space: the facts a prompt keeps.
+    fn found_in(
+        &self,
+        py: Python<'_>,
+        indices: Vec<usize>,
+        needles: Vec<String>,
+        extra: Vec<String>,
+    ) -> PyResult<Vec<bool>> {
+        guarded(|| {
+            let blocks = self.selected(&indices)?;
+            Ok(py.detach(|| {
+                let pieces = blocks.iter().flat_map(|b| {
+                    let calls = b.calls.iter().flat_map(|c| [c.name.as_str(), c.arguments.as_str()]);
+                    b.pieces.iter().map(String::as_str).chain(calls)
+                });
+                let needles: Vec<&str> = needles.iter().map(String::as_str).collect();
+                verbatim::found_in(extra.iter().map(String::as_str).chain(pieces), &needles)
+            }))
+        })
     }
 
     /// BM25 relevance of each given block's text to `query` (document frequencies over these

@@ -147,7 +147,10 @@ class ExtractiveSummarizer:
         return engine.count_items([{"role": "system", "content": text}], self.profile)[0]
 
     def summarize(self, turns: Sequence[extractive.Turn], query: str) -> str:
-        made = extractive.summarize(turns, query, lambda text: self.tokens(text) <= self.max_tokens)
+        room = extractive.Room(
+            self.max_tokens, self.tokens, lambda texts: engine.count_items(texts, self.profile)
+        )
+        made = extractive.summarize(turns, room)
         return extractive.HEADER if made is None else made.text
 
 

@@ -51,7 +51,7 @@ from contextshift.options import OptionSpec
 from contextshift.strategies import registry
 from contextshift.strategies.context import Outcome, Rewrite, StrategyContext, Summary, excluded_for
 from contextshift.strategies.summarize import divider, summary_id, summary_message
-from contextshift.summarizer.facts import retained
+from contextshift.summarizer.extractive import Turn, facts_newest_first
 
 log = logging.getLogger("contextshift.plugins")
 
@@ -382,10 +382,11 @@ class PluginStrategy:
                 )
                 kept = set(core_plan.kept)
                 before = ctx.current_input if ctx.current_input in kept else None
-                texts = ctx.conversation.texts(excluded)
-                facts_kept, facts_total = retained(texts, plan.summary)
+                turns = [Turn("", text) for text in ctx.conversation.texts(excluded)]
+                facts = facts_newest_first(turns)
+                kept_facts = ctx.facts_kept(core_plan, facts, plan.summary)
                 summary = Summary(
-                    message, tokens, before, len(excluded), facts_kept, facts_total, divider(len(excluded))
+                    message, tokens, before, len(excluded), kept_facts, len(facts), divider(len(excluded))
                 )
             except TokenBudgetExceeded:
                 detail = f"the summary ({tokens} tokens) does not fit beside the protected blocks; dropped"

@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
+from agent_loops import agent_loop, log_steps
 from google.protobuf import struct_pb2
 
 import contextshift
@@ -190,3 +191,25 @@ def test_an_interceptor_enabled_on_the_server(tmp_path: Path) -> None:
             assert "SECRET-abc123" not in server.log_path.read_text()  # nor in the log
     finally:
         assert server.terminate() == 0
+
+
+def test_the_audit_shows_the_plans_facts_anchor_and_repair_warning(
+    client: contextshift.Client, channel: grpc.Channel
+) -> None:
+    # An agent loop shifted with summarize: the task is the anchor, the summary's figures are
+    # those of the whole prompt, and the audit records the same as the reply and the library.
+    blocks = agent_loop("openai-chat", log_steps(21))
+    budget = sum(contextshift.count_tokens(blocks, "o200k_base")) * 3 // 10
+    args: dict[str, Any] = {"budget": budget, "profile": "o200k_base", "strategy": "summarize"}
+    remote = client.shift_context(blocks, chat_id="loop-audit", **args)
+    local = contextshift.shift_context(blocks, **args)
+    assert remote.summary is not None and local.summary is not None
+    figures = (local.summary.facts_kept, local.summary.facts_total)
+    assert (remote.summary.facts_kept, remote.summary.facts_total) == figures
+    assert 0 < figures[0] <= figures[1]
+    stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    audit = stub.GetContextAudit(pb.GetContextAuditRequest(chat_id="loop-audit"), timeout=10).audit
+    assert (audit.plan.summary.facts_kept, audit.plan.summary.facts_total) == figures
+    reasons = {b.id: b.reason for b in audit.blocks}
+    assert reasons["task"] == "ANCHOR_USER_TURN"
+    assert list(audit.plan.warnings) == list(local.warnings)

@@ -22,6 +22,7 @@ pub mod profile;
 pub mod relevance;
 pub mod repair;
 pub mod tools;
+pub mod verbatim;
 pub mod wire;
 
 pub use block::{Block, Image, Kind, Role, ToolCall};

@@ -205,6 +205,11 @@ class StrategyContext:
             return self.conversation.json_messages([index])[0]
         return self.blocks[index]
 
+    def facts_kept(self, plan: engine.Plan, facts: Sequence[str], summary: str) -> int:
+        """How many of `facts` (values of the left-out text's facts) the final prompt holds
+        verbatim: the summary or a block `plan` keeps (the plan's `facts_kept`)."""
+        return sum(self.conversation.found_in(plan.kept, facts, [summary])) if facts else 0
+
     def block_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Block tokens of messages (rewritten or new blocks) under this context's profile."""
         return engine.count_items(messages, self.profile)

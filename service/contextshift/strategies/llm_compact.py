@@ -31,6 +31,7 @@ from contextshift.strategies.summarize import (
     summarized_blocks,
     summary_id,
     summary_message,
+    summary_size,
 )
 from contextshift.summarizer import extractive, llm
 
@@ -124,7 +125,7 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
         keep = ctx.options.get("keep_recent")
         note = Diagnostic(source, "COMPACTION_SKIPPED", f"no compactable blocks older than the latest {keep}")
         return Outcome(plain, ctx.counts, diagnostics=[note])
-    max_tokens: int = ctx.options.get("summary_max_tokens")
+    max_tokens = summary_size(ctx, sum(ctx.counts.tokens[i] for i in blocks))
     reserved = reserve_plan(ctx, max_tokens)
     if reserved is None:
         note = Diagnostic(source, "SUMMARY_SKIPPED", "no room for a summary beside the protected blocks")
@@ -156,9 +157,8 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
     )
     # Where the summarized history began: before the first block kept after its first block.
     before = next((k for k in plan.kept if k > blocks[0]), None)
-    summary = Summary(
-        message, size, before, len(blocks), made.facts_kept, made.facts_total, divider(len(blocks))
-    )
+    kept_facts = ctx.facts_kept(plan, made.facts, made.text)
+    summary = Summary(message, size, before, len(blocks), kept_facts, len(made.facts), divider(len(blocks)))
     detail = f"{len(blocks)} blocks summarized by {endpoint.model} (hint {hint})"
     note = Diagnostic(source, "LLM_COMPACTED", detail, size)
     return Outcome(

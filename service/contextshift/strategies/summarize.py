@@ -4,7 +4,7 @@ is shifted further first so the summary, up to `summary_max_tokens`, always fits
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from contextshift import engine
@@ -19,9 +19,31 @@ from contextshift.summarizer import extractive
 SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
 # A summary with less room than this would be a header and a few words: not worth its tokens.
 MIN_SUMMARY_TOKENS = 32
+SUMMARY_SHARE = 0.125
+SUMMARY_FLOOR = 256
+SUMMARY_CEILING = 4096
 SUMMARY_MAX_TOKENS = OptionSpec(
-    "summary_max_tokens", "int", 512, "the summary block's tokens at most", minimum=MIN_SUMMARY_TOKENS
+    "summary_max_tokens",
+    "int",
+    0,
+    f"the summary block's tokens at most (0: {SUMMARY_SHARE:g} of the budget, {SUMMARY_FLOOR} to "
+    f"{SUMMARY_CEILING}, at most half of what was left out)",
+    minimum=MIN_SUMMARY_TOKENS,
+    off=0,
 )
+
+
+def default_summary_size(budget: int, left_out: int) -> int:
+    """A summary's tokens at most by default: SUMMARY_SHARE of the budget, between SUMMARY_FLOOR
+    and SUMMARY_CEILING, at most half of the `left_out` tokens it stands for."""
+    size = min(max(int(budget * SUMMARY_SHARE), SUMMARY_FLOOR), SUMMARY_CEILING)
+    return max(MIN_SUMMARY_TOKENS, min(size, left_out // 2))
+
+
+def summary_size(ctx: StrategyContext, left_out: int) -> int:
+    """The summary's tokens at most: `summary_max_tokens`, else `default_summary_size`."""
+    given: int = ctx.options.get("summary_max_tokens")
+    return given or default_summary_size(ctx.budget, left_out)
 
 
 def summary_id(ids: Iterable[str]) -> str:
@@ -46,7 +68,19 @@ def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, str]:
     return {i: "SUMMARIZED" for i in summarized if reasons[i] != "TOOL_GROUP"}
 
 
-def summary_room(ctx: StrategyContext, plan: engine.Plan) -> int:
+def summary_room(ctx: StrategyContext, block_id: str, limit: int) -> extractive.Room:
+    """What a summary block with id `block_id` may take: `limit` tokens as this profile counts it."""
+
+    def block_tokens(text: str) -> int:
+        return ctx.block_tokens([summary_message(block_id, text)])[0]
+
+    def text_tokens(texts: Sequence[str]) -> list[int]:
+        return engine.count_items(texts, ctx.profile)
+
+    return extractive.Room(limit, block_tokens, text_tokens)
+
+
+def room_left(ctx: StrategyContext, plan: engine.Plan) -> int:
     """The tokens a summary may take beside `plan`: up to the target once a shift was needed,
     so the shift ends there (hysteresis), unless that leaves less than MIN_SUMMARY_TOKENS (a
     summary is worth the last tokens under the budget); else up to the budget."""
@@ -58,7 +92,7 @@ def summary_room(ctx: StrategyContext, plan: engine.Plan) -> int:
 
 def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] | None:
     """A plan leaving `reserve` tokens free (fewer when protected blocks need them, but at least
-    MIN_SUMMARY_TOKENS), with the room it leaves (`summary_room`); None when there is no such
+    MIN_SUMMARY_TOKENS), with the room it leaves (`room_left`); None when there is no such
     room."""
     reserve = min(reserve, ctx.budget)
     try:
@@ -68,7 +102,7 @@ def reserve_plan(ctx: StrategyContext, reserve: int) -> tuple[engine.Plan, int] 
         if room < MIN_SUMMARY_TOKENS:
             return None
         plan = ctx.plan(budget=ctx.budget - room, target=ctx.budget - room)
-    return plan, summary_room(ctx, plan)
+    return plan, room_left(ctx, plan)
 
 
 def divider(count: int) -> str:
@@ -77,10 +111,11 @@ def divider(count: int) -> str:
 
 def summarize(ctx: StrategyContext) -> Outcome:
     first = ctx.plan()
-    if not summarized_blocks(ctx, first):
+    left_out = summarized_blocks(ctx, first)
+    if not left_out:
         return Outcome(first, ctx.counts)
     source = f"strategy:{ctx.name}"
-    max_tokens: int = ctx.options.get("summary_max_tokens")
+    max_tokens = summary_size(ctx, sum(ctx.counts.tokens[i] for i in left_out))
     reserved = reserve_plan(ctx, max_tokens)
     if reserved is None:
         note = Diagnostic(source, "SUMMARY_SKIPPED", "no room for a summary beside the protected blocks")
@@ -90,15 +125,11 @@ def summarize(ctx: StrategyContext) -> Outcome:
     layout = ctx.layout
     block_id = summary_id(layout.ids)
     limit = min(room, max_tokens)
-
-    def fits(text: str) -> bool:
-        return ctx.block_tokens([summary_message(block_id, text)])[0] <= limit
-
     turns = [
         extractive.Turn(layout.roles[i], text)
         for i, text in zip(summarized, ctx.conversation.texts(summarized), strict=True)
     ]
-    made = extractive.summarize(turns, ctx.current_text, fits)
+    made = extractive.summarize(turns, summary_room(ctx, block_id, limit))
     if made is None:
         note = Diagnostic(source, "SUMMARY_SKIPPED", f"a summary does not fit in {limit} tokens")
         return Outcome(first, ctx.counts, diagnostics=[note])
@@ -110,8 +141,8 @@ def summarize(ctx: StrategyContext) -> Outcome:
         ctx.block_tokens([message])[0],
         before,
         len(summarized),
-        made.facts_kept,
-        made.facts_total,
+        ctx.facts_kept(plan, made.facts, made.text),
+        len(made.facts),
         divider(len(summarized)),
     )
     return Outcome(

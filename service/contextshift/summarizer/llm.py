@@ -335,8 +335,8 @@ def parse_answer(raw: bytes, model: str) -> tuple[str, CompactionUsage]:
 @dataclass(frozen=True)
 class LlmSummary:
     text: str  # starts with [Conversation summary]
-    facts_kept: int
-    facts_total: int
+    # The distinct facts (values) of the summarized text read, newest first.
+    facts: tuple[str, ...]
     usage: CompactionUsage | None
     # As `extractive.SummaryText.unread_chars`: history too old for its facts to be read.
     unread_chars: int = 0
@@ -363,14 +363,12 @@ def summarize(
     # Every turn's facts (within the facts window), not only those of the transcript sent:
     # facts_total must be honest.
     read, unread = extractive.facts_window(turns)
-    found = fact_spans.distinct(f for t in read for f in fact_spans.extract(t.text))
-    missing = [f for f in found if fact_spans.value(f) not in answer]
-    kept = fact_spans.recent_that_fit(
+    found = extractive.facts_newest_first(read)
+    missing = [v for v in found if v not in answer]
+    line = fact_spans.longest_that_fits(
         missing, lambda facts: tokens(extractive.with_facts(text, facts)) <= limit
     )
-    text = extractive.with_facts(text, kept)
-    facts_kept = sum(fact_spans.value(f) in text for f in found)
-    return LlmSummary(text, facts_kept, len(found), usage, unread)
+    return LlmSummary(extractive.with_facts(text, line), tuple(found), usage, unread)
 
 
 # --- the server's endpoint --------------------------------------------------------------------
