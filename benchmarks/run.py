@@ -3,7 +3,8 @@
 Also runs the token counting benchmark (benchmarks/counting.py: contextshift vs tiktoken, HF tokenizers,
 bpe-openai, splintr-rs), every profile's throughput (contextshift.profile_bench), the blocks_json readers
 (benchmarks/rust, json-readers: contextshift's reader vs serde_json, sonic-rs, simd-json), the facts
-kept by `summarize` (benchmarks/facts.py), the prompt prefix changes by `target_ratio` vs LangChain
+kept by `summarize` on real text from the machine's packages (benchmarks/realtext) and on the
+generated regression corpus (benchmarks/facts.py), the prompt prefix changes by `target_ratio` vs LangChain
 (benchmarks/hysteresis.py), every local strategy beside truncate (benchmarks/strategies.py), the
 end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo-bytes and echo at 48
 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
@@ -52,6 +53,7 @@ from benchmarks import (  # noqa: E402
     strategies,
 )
 from benchmarks.conversation import generate  # noqa: E402
+from benchmarks.realtext import bench as realtext  # noqa: E402
 from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
 from contextshift import profile_bench  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
@@ -219,7 +221,11 @@ def main() -> int:
     print()
     json_readers(args.quick, out / "json_readers.json")
     print()
-    # Facts kept by summarize (benchmarks/facts.py): a missed target fails the run, after the rest.
+    # Facts kept by summarize: on real text (benchmarks/realtext; a figure below the recorded one, a
+    # split fact or an emptied agent loop fails the run), and on the generated corpus
+    # (benchmarks/facts.py, a regression test); each fails the run after the rest.
+    realtext_status = realtext.main(args.quick)
+    print()
     facts_status = facts.main(args.quick)
     print()
     hysteresis.main(args.quick)  # prompt prefix changes by target_ratio (benchmarks/hysteresis.py)
@@ -235,7 +241,7 @@ def main() -> int:
     store_bytes.main(args.quick)  # what one audit of a 48 KiB chat takes in the store
     print()
     memory_status = memory_bench.main(args.quick)
-    return memory_status or facts_status
+    return memory_status or facts_status or realtext_status
 
 
 if __name__ == "__main__":
