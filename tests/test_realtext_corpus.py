@@ -4,8 +4,10 @@ missing or changed file rather than measure other text."""
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -163,3 +165,28 @@ def test_a_missing_or_changed_source_stops_the_benchmark(tmp_path: Path) -> None
     Path(source.path).unlink()
     with pytest.raises(sources.CorpusError, match="missing"):
         sources.read(source)
+
+
+def test_the_benchmark_fails_below_its_recorded_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The quick run on this machine's files: it passes against its own figures and fails when the
+    # recorded ones are higher (a regression), or when a source is gone.
+    from benchmarks.realtext import bench
+
+    figures = tmp_path / "figures.json"
+    monkeypatch.setattr(bench, "FIGURES", figures)
+    assert bench.main(quick=True, record=True) == 0
+    recorded = json.loads(figures.read_text())["quick"]
+    assert recorded["other_512_retention"] > 0.8 and recorded["loop_min_prompt_share"] >= 0.5
+    assert bench.main(quick=True) == 0
+    figures.write_text(
+        json.dumps({"quick": {**recorded, "en_512_retention": recorded["en_512_retention"] + 0.01}})
+    )
+    assert bench.main(quick=True) == 1
+    missing = dataclasses.replace(sources.BY_NAME["cpython-news"], path="/nonexistent/NEWS.gz")
+    monkeypatch.setitem(sources.BY_NAME, "cpython-news", missing)
+    monkeypatch.setattr(
+        sources, "SOURCES", [missing if s.name == "cpython-news" else s for s in sources.SOURCES]
+    )
+    assert bench.main(quick=True) == 1

@@ -387,7 +387,7 @@ def main(quick: bool = False, record: bool = False) -> int:
             status = 1
     if record:
         FIGURES.write_text(json.dumps({**recorded, key: now}, indent=2, sort_keys=True) + "\n")
-        print(f"recorded {key} figures in {FIGURES.relative_to(ROOT)}")
+        print(f"recorded {key} figures in {FIGURES}")
     out = ROOT / "benchmarks" / "results"
     out.mkdir(exist_ok=True)
     (out / "realtext.json").write_text(
