@@ -337,6 +337,7 @@ class _Selection:
         self.chosen: list[_Candidate] = []
         self.covered: set[str] = set()
         self.spent = 0
+        self.line_left = sum(line_cost.values())  # the facts line's tokens for what is not covered
 
     def gain(self, c: _Candidate) -> float:
         return sum(self.line_cost[v] * self.weight[v] for v in c.sentence.facts if v not in self.covered)
@@ -363,6 +364,7 @@ class _Selection:
                 continue
             self.chosen.append(c)
             taken.add(c.sentence.position)
+            self.line_left -= self.carried(c)
             self.covered.update(c.sentence.facts)
             self.spent += c.cost
 
@@ -391,14 +393,19 @@ def summarize(turns: Sequence[Turn], room: Room) -> SummaryText | None:
 
     body = room.limit - base - 2  # the label and line breaks
     selection = _Selection(candidates, line_cost, weight)
-    every_fact_fits = sum(line_cost.values()) <= body
+    every_fact_fits = selection.line_left <= body
     if every_fact_fits:
         # Every fact fits the line: sentences with facts take over theirs, then others fill.
-        selection.run(body, lambda c: selection.spent + c.cost + _uncovered(selection, c) <= body)
+        def takes_over(c: _Candidate) -> bool:
+            carried = selection.carried(c)
+            return carried > 0 and selection.spent + c.cost + selection.line_left - carried <= body
+
+        selection.run(body, takes_over)
         by_recency = sorted(candidates, key=lambda c: -c.sentence.position)
-        fillers = [c for c in by_recency if c.text == c.sentence.text and len(c.text.split()) >= 4]
-        selection.candidates = fillers
-        selection.run(body - sum(line_cost[v] for v in newest_first if v not in selection.covered), _any)
+        selection.candidates = [
+            c for c in by_recency if c.text == c.sentence.text and len(c.text.split()) >= 4
+        ]
+        selection.run(body - selection.line_left, lambda _: True)
     else:
         share = int(body * SENTENCE_SHARE)
 
@@ -410,16 +417,6 @@ def summarize(turns: Sequence[Turn], room: Room) -> SummaryText | None:
 
         selection.run(share, worth_it)
     return _fitted(selection, newest_first, room, unread, every_fact_fits)
-
-
-def _any(_: _Candidate) -> bool:
-    return True
-
-
-def _uncovered(selection: _Selection, c: _Candidate) -> int:
-    """The facts line's tokens once `c` is chosen."""
-    covered = selection.covered | set(c.sentence.facts)
-    return sum(cost for v, cost in selection.line_cost.items() if v not in covered)
 
 
 # Facts the line may hold at most: more than any room up to SUMMARY_CEILING takes.
