@@ -134,8 +134,9 @@ def test_strategies_and_a_summarize_preview(http: httpx.Client) -> None:
     assert by_name["summarize"]["options"][0] == {
         "name": "summary_max_tokens",
         "type": "int",
-        "defaultValue": 512,
-        "description": "the summary block's tokens at most",
+        "defaultValue": 0,
+        "description": "the summary block's tokens at most (0: 1/8 of the budget, 256 to 4096, at most half "
+        "of what was left out)",
     }
     blocks = [{"role": "system", "content": "s"}]
     blocks += [

@@ -26,7 +26,7 @@ SUMMARY_MAX_TOKENS = OptionSpec(
     "summary_max_tokens",
     "int",
     0,
-    f"the summary block's tokens at most (0: {SUMMARY_SHARE:g} of the budget, {SUMMARY_FLOOR} to "
+    f"the summary block's tokens at most (0: 1/{round(1 / SUMMARY_SHARE)} of the budget, {SUMMARY_FLOOR} to "
     f"{SUMMARY_CEILING}, at most half of what was left out)",
     minimum=MIN_SUMMARY_TOKENS,
     off=0,
