@@ -44,18 +44,21 @@ class Chat:
 
 def chunks(text: str, size: int = CHUNK_CHARS) -> list[str]:
     """`text` in pieces of about `size` characters, cut after a paragraph (a blank line), else
-    after a line."""
+    (a paragraph longer than a piece) after a line."""
+    parts: list[str] = []
+    for paragraph in text.split("\n\n"):
+        if len(paragraph) > size:
+            parts += [line + "\n" for line in paragraph.split("\n")]
+        else:
+            parts.append(paragraph + "\n\n")
     out: list[str] = []
     current = ""
-    for paragraph in text.split("\n\n"):
-        for line in paragraph.split("\n") if len(paragraph) > size else [paragraph]:
-            piece = line if len(paragraph) > size else paragraph
-            if current and len(current) + len(piece) > size:
-                out.append(current.strip("\n"))
-                current = ""
-            current += piece + ("\n" if len(paragraph) > size else "\n\n")
-    if current.strip():
-        out.append(current.strip("\n"))
+    for part in parts:
+        if current and len(current) + len(part.rstrip("\n")) > size:
+            out.append(current.strip("\n"))
+            current = ""
+        current += part
+    out.append(current.strip("\n"))
     return [c for c in out if c.strip()]
 
 

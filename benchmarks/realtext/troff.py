@@ -220,7 +220,10 @@ def render(source: str) -> str:
                 fill = True
             elif name in {"B", "I", "SM", "SB", "UR", "MT"}:
                 words = text_of(" ".join(_arguments(rest)))
-                page.words.append(words) if fill else page.line(words, page.indent)
+                if fill:
+                    page.words.append(words)
+                else:
+                    page.line(words, page.indent)
             elif name in {"BR", "IR", "RB", "BI", "IB", "RI"}:
                 words = text_of("".join(_arguments(rest)))
                 if tag_next:
