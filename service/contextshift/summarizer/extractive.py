@@ -45,8 +45,9 @@ FACTS_LABEL = "Facts: "
 # The sentences scored: those of the most recent part of what is summarized, so a shift of a
 # very long history stays fast.
 MAX_INPUT_CHARS = 256 * 1024
-# The text facts are read from, most recent first: fact-dense text (logs, tool output) reads at
-# about 1 MB/s, so this bounds a shift's summary at about a second however long its history.
+# The text facts are read from, most recent first: fact-dense text (logs, changelogs, JSON) reads
+# at 0.5 to 0.8 MB/s, so this bounds a shift's summary at one to two seconds however long its
+# history.
 MAX_FACTS_CHARS = 1024 * 1024
 # When not every fact fits the facts line: the room sentences may take, the facts a sentence must
 # carry for its tokens (their cost on the facts line over its own), and the sentences taken

@@ -19,7 +19,7 @@ punctuation is not part of a fact.
 Text with none of the characters a fact holds (a digit, `/`, `\\`, `@`, a backtick, `#`, `=`, `_`,
 a currency sign, a `.` or `::` before a letter, a `-` starting a word, a lower-case letter before
 an upper-case one) has no fact and is not scanned: that skips most prose, and the scan reads only
-about 1 MB/s.
+0.5 to 0.8 MB/s of text dense with facts (logs, changelogs, JSON).
 """
 
 from __future__ import annotations
