@@ -287,9 +287,7 @@ class _Builder:
         )
         block = _put({"role": role}, "kind", kind)
         if kind in ("lorebook", "memory") and self.draw(st.booleans()):
-            block["relevance"] = self.draw(
-                st.one_of(st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False, width=32))
-            )
+            block["relevance"] = self.draw(st.one_of(st.integers(0, 1), st.floats(0, 1, width=32)))
         _put(block, "content", self.draw(st.one_of(TEXTS, st.just(_MISSING), st.just(""))))
         mandatory = 0.3 if kind == "lorebook" else 0.02
         self.add(self.flags(block, pinned=0.08, mandatory=mandatory))
@@ -651,7 +649,9 @@ def _mutate(draw: st.DrawFn, blocks: list[Block]) -> None:
             st.sampled_from(["yes", 1, 0, [True]])
         )
     elif how == "relevance":
-        block["relevance"] = draw(st.sampled_from((math.nan, math.inf, -math.inf, "high", True)))
+        block["relevance"] = draw(
+            st.sampled_from((math.nan, math.inf, -math.inf, "high", True, 1.5, -0.25, 2))
+        )
     elif how == "content_type":
         block["content"] = draw(st.sampled_from((42, {"text": "x"}, True, 1.5)))
     elif how in ("part_type", "part_not_dict", "part_no_type", "part_text"):

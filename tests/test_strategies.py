@@ -347,6 +347,51 @@ def test_vector_recall_scores_embeddings_by_cosine_and_text_by_bm25() -> None:
     assert [d.id for d in by_cosine.excluded] == ["far"]
 
 
+def test_vector_recall_puts_every_source_on_one_scale() -> None:
+    """A caller's relevance of 1.0 outranks every computed score: BM25 is divided by the most the
+    input can score, so it stays below 1, and ranks among the given ones."""
+    question = "Where does the red dragon sleep in the northern pass?"
+    computed = [lore(f"c{i}", f"The red dragon sleeps in the northern pass, note {i}.") for i in range(13)]
+    blocks = [
+        lore("given", "Salt wards off the dragon.", relevance=1.0),
+        *computed,
+        turn("u", "user", question),
+    ]
+    entry = tokens(computed[0])
+    result = contextshift.shift_context(
+        blocks, budget=sum(tokens(b) for b in blocks) - 13 * entry, strategy="vector-recall"
+    )
+    assert "given" not in {d.id for d in result.excluded}
+    scores = {r.id: (r.score, r.source) for r in result.relevance}
+    assert scores["given"] == (1.0, "given")
+    assert all(
+        source == "bm25" and 0 < score < 1 for key, (score, source) in scores.items() if key != "given"
+    )
+    # A given relevance of 0.2 goes before the computed entries that match the question well.
+    low = [
+        lore("low", "Salt wards off the dragon.", relevance=0.2),
+        *computed[:3],
+        turn("u", "user", question),
+    ]
+    cut = contextshift.shift_context(low, budget=sum(tokens(b) for b in low) - 1, strategy="vector-recall")
+    assert [d.id for d in cut.excluded] == ["low"]
+
+
+def test_vector_recall_scores_a_question_without_terms_zero_not_minus_zero() -> None:
+    blocks = [lore("a", "dragons"), lore("b", "taverns"), turn("u", "user", "?!")]
+    result = contextshift.shift_context(blocks, budget=10_000, strategy="vector-recall")
+    assert [(r.score, math.copysign(1, r.score)) for r in result.relevance] == [(0.0, 1.0), (0.0, 1.0)]
+
+
+@pytest.mark.parametrize(("relevance", "shown"), [(1.5, "1.5"), (-0.1, "-0.1"), (7, "7")])
+def test_a_relevance_off_the_scale_is_refused(relevance: float, shown: str) -> None:
+    with pytest.raises(contextshift.InvalidBlocks) as caught:
+        contextshift.shift_context([lore("l", "x", relevance=relevance), turn("u", "user", "q")], budget=100)
+    assert [(v.field, v.description) for v in caught.value.violations] == [
+        ("blocks[0].relevance", f"must be between 0 and 1, got {shown}")
+    ]
+
+
 def test_vector_recall_with_every_lorebook_entry_mandatory_shifts_history() -> None:
     blocks = [
         lore("l0", "x" * 40, mandatory=True),

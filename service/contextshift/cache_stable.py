@@ -21,13 +21,19 @@ from contextshift.diagnostics import Diagnostic
 SOURCE = "host"
 
 
+# The default `target_ratio` of a cache-stable shift: without room to grow, a chat over its budget
+# cuts again at every turn and its prefix changes as often as without cache-stable shifts. Chosen
+# by replaying real chats through the server (benchmarks/hysteresis.py; the README has the numbers).
+TARGET_RATIO = 0.8
+
+
 @dataclass(frozen=True)
 class PreviousPrompt:
     """The last prompt of a chat: the blocks it kept, in order, with their tokens (the summary block
-    left out), and the blocks it left out, with their reasons."""
+    left out), and the blocks it left out, with their reasons. Empty: a chat's first shift."""
 
-    kept: Sequence[tuple[str, int]]
-    excluded: Sequence[tuple[str, str]]
+    kept: Sequence[tuple[str, int]] = ()
+    excluded: Sequence[tuple[str, str]] = ()
 
 
 @dataclass(frozen=True)

@@ -146,13 +146,10 @@ def _request(blocks: Blocks, args: PreviewArgs | ShiftArgs) -> dict[str, Any]:
     }
     budget = args.get("budget")
     if isinstance(budget, int):
-        budget = Budget(budget)  # a window with no reserves resolves to exactly this budget
-    if budget is not None:
-        request.update(
-            context_limit=budget.context_limit,
-            response_reserve=budget.response_reserve,
-            system_reserve=budget.system_reserve,
-        )
+        budget = Budget(budget, 0, 0)  # a window with no reserves resolves to exactly this budget
+    if budget is not None:  # the figures left out resolve on the server
+        figures = ("context_limit", "response_reserve", "system_reserve")
+        request.update({name: getattr(budget, name) for name in figures if getattr(budget, name) is not None})
     options = args.get("options")
     if options is not None:
         struct = struct_pb2.Struct()

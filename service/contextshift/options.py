@@ -132,7 +132,8 @@ COMMON: tuple[OptionSpec, ...] = (
         "float",
         1.0,
         "hysteresis: once a shift is needed, shift down to this share of the budget so the next "
-        "turns keep the provider's cached prefix",
+        "turns keep the provider's cached prefix (default 1.0; 0.8 for a cache-stable shift: one "
+        "given the chat's previous prompt, on a server one naming a chat_id)",
         maximum=1,
         above=0,
     ),
@@ -178,6 +179,8 @@ class ShiftOptions:
     strategy: Mapping[str, Any]
     # The preset's options the chosen strategy does not take (so not applied), with their values.
     preset_unapplied: tuple[tuple[str, Any], ...]
+    # The options given, or set by the preset (the others have their defaults).
+    given: frozenset[str] = frozenset()
 
     @classmethod
     def from_mapping(
@@ -211,7 +214,7 @@ class ShiftOptions:
             else given.get(s.name, s.default)
             for s in strategy_specs
         }
-        return cls(**common, strategy=own, preset_unapplied=unapplied)
+        return cls(**common, strategy=own, preset_unapplied=unapplied, given=frozenset(given))
 
     def get(self, name: str) -> Any:
         """The chosen strategy's option `name` (given, or its default)."""

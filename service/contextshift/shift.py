@@ -1,4 +1,4 @@
-"""`shift_context`: the stages of DESIGN.md §6 / docs/semantics.md §4, orchestrated over the
+"""`shift_context`: the stages of docs/design.md §6 / docs/semantics.md §4, orchestrated over the
 Rust core: parse, cut, pinned cap, count, the strategy, an independent recount, then the prompt
 interceptors (contextshift.plugins) with a recount and a final shift after them."""
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from contextshift import cache_stable, calibration, engine, plugins
-from contextshift.budget import Budget, resolve_budget
+from contextshift.budget import Budget, Window, resolve_budget, resolve_in_process
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
@@ -295,7 +295,7 @@ def _recount(conversation: engine.Conversation, profile: str, outcome: Outcome) 
 def shift_context(
     blocks: Sequence[Mapping[str, Any]] | str | bytes,
     *,
-    budget: int | Budget,
+    budget: int | Budget | None = None,
     profile: str | None = None,
     strategy: str = DEFAULT_STRATEGY,
     options: Mapping[str, Any] | None = None,
@@ -305,7 +305,10 @@ def shift_context(
     previous: PreviousPrompt | None = None,
     tools: Sequence[Mapping[str, Any]] | str | bytes | None = None,
 ) -> ShiftResult:
-    """Fit `blocks` (oldest first) into `budget` tokens. `blocks` is a list of dicts, or the same
+    """Fit `blocks` (oldest first) into `budget`: a number of tokens, used as is, or a `Budget`
+    window whose figures left out (all of them for None) come from `LLM_CONTEXT_SIZE` /
+    `LLM_MAX_OUTPUT_TOKENS`, the model registry, then 128000 / 64000, as on a server (a reserve
+    not given takes at most a quarter of a context limit given). `blocks` is a list of dicts, or the same
     as JSON text (parsed in Rust without the GIL; `messages` are then fresh dicts). `profile` and
     `model` pick the tokenizer as `profiles.resolve_request` does (neither: `heuristic`); the model
     also selects the calibration of an approximate profile, read from `calibration_source` (the
@@ -313,16 +316,24 @@ def shift_context(
     (contextshift.strategies.list_strategies()); `options` are the common options and the
     strategy's own. `known_tokens` gives block tokens already known for the profile, for the first
     blocks (None where unknown; e.g. stored with a chat's history): only the other blocks are
-    counted, before the independent recount of what is kept. `previous` is the chat's last prompt:
-    with the `cache_stable` option (on by default) the blocks it left out are left out again while
-    its blocks are unchanged (contextshift.cache_stable). `tools` are the tool definitions the
+    counted, before the independent recount of what is kept. `previous` is the chat's last prompt
+    (an empty `PreviousPrompt()` for its first): with the `cache_stable` option (on by default) the
+    blocks it left out are left out again while its blocks are unchanged, and `target_ratio`
+    defaults to 0.8 (contextshift.cache_stable). `tools` are the tool definitions the
     prompt goes out with (OpenAI Chat or Responses, Anthropic; dicts or JSON text): counted by the
     profile's tool rule and taken from the budget first. Raises `InvalidBlocks`, `InvalidTools`,
     `InvalidOptions`, or `TokenBudgetExceeded` when protected blocks (and tools) do not fit."""
     info = strategy_named(strategy)
     opts = ShiftOptions.from_mapping(options, info.options)
-    resolved = resolve_budget(budget)
+    if previous is not None and opts.cache_stable and "target_ratio" not in opts.given:
+        # Room to grow after a cut, or the next turn cuts again (cache_stable.TARGET_RATIO).
+        opts = replace(opts, target_ratio=cache_stable.TARGET_RATIO)
     resolution = resolve_request(profile, model)
+    window: int | Window = budget  # type: ignore[assignment]  # anything else: resolve_budget says so
+    if budget is None or isinstance(budget, Budget):
+        registry = Budget(resolution.context_window, resolution.max_output)
+        window = resolve_in_process(budget or Budget(), registry)
+    resolved = resolve_budget(window)
     # An approximate profile plans in raw tokens against the budget the model's calibration
     # leaves for them, so the calibrated prompt fits the real budget.
     factor = calibration_source.factor(resolution.model) if resolution.approximate else 1.0

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -398,7 +397,7 @@ def parse_block(index: int, raw: object, errors: list[str]) -> Block | None:
     relevance = raw.get("relevance")
     if relevance is not None:
         is_number = isinstance(relevance, (int, float)) and not isinstance(relevance, bool)
-        if not is_number or not math.isfinite(relevance):
+        if not is_number or not 0 <= relevance <= 1:  # the relevance scale; NaN fails it too
             reader.error(("relevance",))
 
     # Result ids at top level (a function_call's call_id is the call it issues, not a result).

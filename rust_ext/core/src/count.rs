@@ -6,7 +6,7 @@ use crate::profile::{Profile, ToolRule};
 use crate::tools::Tool;
 use rayon::prelude::*;
 
-/// DESIGN.md §4: framing + text pieces + participant name + tool calls (their framing, names and
+/// docs/design.md §4: framing + text pieces + participant name + tool calls (their framing, names and
 /// arguments) + images, each piece counted on its own.
 pub fn block_tokens(profile: &Profile, block: &Block) -> u64 {
     block_tokens_with(profile, block, |text| profile.text_tokens(text))

@@ -624,20 +624,23 @@ impl Reader {
         }
     }
 
+    /// A caller's relevance, on the scale every relevance source shares: 0 (unrelated) to 1.
     fn relevance<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Option<f64> {
         let node = node?;
-        match node.shape() {
-            Shape::Int(i) => Some(i as f64),
-            Shape::Float(f) if f.is_finite() => Some(f),
-            Shape::Float(f) => {
-                self.violation(at, format!("must be finite, got {f}"));
-                None
-            }
+        let value = match node.shape() {
+            Shape::Int(i) => i as f64,
+            Shape::Float(f) => f,
             _ => {
                 self.wrong_type(at, "a number", node);
-                None
+                return None;
             }
+        };
+        if (0.0..=1.0).contains(&value) {
+            return Some(value + 0.0); // -0.0 is 0
         }
+        let why = if value.is_finite() { "must be between 0 and 1" } else { "must be finite, between 0 and 1" };
+        self.violation(at, format!("{why}, got {value}"));
+        None
     }
 
     /// The JSON text of a value (tool inputs), or a violation naming what cannot be represented.
@@ -916,6 +919,9 @@ mod tests {
         assert_eq!(fields(json!([{"id": "x", "role": "user"}, {"id": "x", "role": "user"}])), ["blocks[1].id"]);
         assert_eq!(fields(json!([{"id": "#1", "role": "user"}, {"role": "user"}])), ["blocks[1].id"]);
         assert_eq!(fields(json!([{"type": "web_search_call"}])), ["blocks[0].type"]);
+        let relevance = json!([{"role": "user", "relevance": 1.5}, {"role": "user", "relevance": -1}]);
+        assert_eq!(fields(relevance), ["blocks[0].relevance", "blocks[1].relevance"]);
+        assert!(fields(json!([{"role": "user", "relevance": 0}, {"role": "user", "relevance": 1.0}])).is_empty());
     }
 
     #[test]

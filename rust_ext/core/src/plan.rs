@@ -15,7 +15,7 @@ pub enum Protection {
     Pinned,
 }
 
-/// Stable reason codes (DESIGN.md §6).
+/// Stable reason codes (docs/design.md §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     ProtectedSystem,

@@ -40,8 +40,13 @@ pub fn terms(text: &str) -> Vec<String> {
 }
 
 /// The BM25 score of each document against `query`, with document frequencies taken over
-/// `documents` themselves and Lucene's always-positive idf, `ln(1 + (N - df + 0.5) / (df + 0.5))`.
-/// Each distinct query term counts once. A document sharing no term with the query scores 0.
+/// `documents` themselves and Lucene's always-positive idf, `ln(1 + (N - df + 0.5) / (df + 0.5))`,
+/// divided by the most the query's terms found among the documents can score, `Σ idf·(k1 + 1)`
+/// over the terms some document holds (each repeated without end; a term no document holds
+/// cannot tell them apart): 0 for a document sharing no term with the query (or a query without
+/// terms), towards 1 for one holding every such term, rare terms weighing more. On that 0-to-1
+/// scale it ranks with a caller's relevance and with embeddings' cosines; the order among
+/// documents is plain BM25's. Each distinct query term counts once.
 pub fn bm25(query: &str, documents: &[&str]) -> Vec<f64> {
     let mut query_terms = terms(query);
     query_terms.sort_unstable();
@@ -59,26 +64,25 @@ pub fn bm25(query: &str, documents: &[&str]) -> Vec<f64> {
             tf
         })
         .collect();
-    let idf: Vec<f64> = query_terms
+    let df: Vec<f64> = query_terms
         .iter()
-        .map(|term| {
-            let df = frequencies.iter().filter(|tf| tf.contains_key(term.as_str())).count() as f64;
-            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-        })
+        .map(|term| frequencies.iter().filter(|tf| tf.contains_key(term.as_str())).count() as f64)
         .collect();
+    let idf: Vec<f64> = df.iter().map(|df| (1.0 + (n - df + 0.5) / (df + 0.5)).ln()).collect();
+    let bound: f64 = idf.iter().zip(&df).filter(|(_, &df)| df > 0.0).map(|(idf, _)| idf * (K1 + 1.0)).sum();
     frequencies
         .iter()
         .zip(&documents)
         .map(|(tf, doc)| {
+            if bound <= 0.0 {
+                return 0.0; // no query terms (an empty sum of floats is -0.0)
+            }
             let norm = K1 * (1.0 - B + B * doc.len() as f64 / average_length.max(1.0));
-            query_terms
-                .iter()
-                .zip(&idf)
-                .map(|(term, idf)| {
-                    let f = f64::from(tf.get(term.as_str()).copied().unwrap_or(0));
-                    idf * f * (K1 + 1.0) / (f + norm)
-                })
-                .sum()
+            let score = query_terms.iter().zip(&idf).fold(0.0, |sum, (term, idf)| {
+                let f = f64::from(tf.get(term.as_str()).copied().unwrap_or(0));
+                sum + idf * f * (K1 + 1.0) / (f + norm)
+            });
+            score / bound
         })
         .collect()
 }
@@ -106,9 +110,25 @@ mod tests {
     }
 
     #[test]
-    fn empty_inputs_score_zero() {
-        assert_eq!(bm25("", &["a b"]), [0.0]);
+    fn empty_inputs_score_a_positive_zero() {
+        for scores in [bm25("", &["a b"]), bm25("...", &["a b", "c"]), bm25("a", &[""]), bm25("x", &["a"])] {
+            assert!(scores.iter().all(|&s| s == 0.0 && s.is_sign_positive()), "{scores:?}");
+        }
         assert!(bm25("a", &[]).is_empty());
-        assert_eq!(bm25("a", &[""]), [0.0]);
+    }
+
+    #[test]
+    fn scores_are_on_a_zero_to_one_scale_in_bm25_order() {
+        let docs = ["dragon dragon dragon lair", "the dragon", "a tavern", "dragon lair map"];
+        let scores = bm25("dragon lair", &docs);
+        assert!(scores.iter().all(|&s| (0.0..1.0).contains(&s)), "{scores:?}");
+        assert!(scores[0] > scores[3] && scores[3] > scores[1] && scores[1] > scores[2], "{scores:?}");
+        assert_eq!(scores[2], 0.0);
+        // Every term once, at the average length: 1 / (k1 + 1) of the bound; a query term no
+        // document holds changes nothing.
+        for query in ["red blue", "where are red and blue"] {
+            let even = bm25(query, &["red blue", "blue red"]);
+            assert!((even[0] - 1.0 / (K1 + 1.0)).abs() < 1e-12, "{query}: {even:?}");
+        }
     }
 }

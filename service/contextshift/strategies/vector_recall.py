@@ -1,9 +1,11 @@
 """`vector-recall`: before any history, drop non-mandatory lorebook and memory entries, least
 relevant first (ties: older first), while the prompt is over; then history, oldest first.
 
-A block's relevance is its `relevance` when given; else the cosine of its `meta.embedding` with
-the `query_embedding` option, when both are there; else BM25 of its text against the current user
-input, computed by the core. The outcome lists each scored block's relevance and its source.
+A block's relevance is its `relevance` when given (0 to 1); else the cosine of its `meta.embedding`
+with the `query_embedding` option, when both are there (-1 to 1); else BM25 of its text against the
+current user input, computed by the core and divided by the most that input can score (0 to below
+1). One scale, 0 unrelated to 1, so the sources rank together. The outcome lists each scored
+block's relevance and its source.
 """
 
 from __future__ import annotations
