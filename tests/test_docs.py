@@ -3,6 +3,7 @@ test_grpc_proto.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,3 +20,80 @@ def test_the_reference_documents_every_rpc_field_and_route() -> None:
         assert f"| `{field.name}` |" in api
     for op in OPERATIONS:
         assert f"| `{op.http_method}` | `{op.path}` |" in api
+
+
+DESIGN = ROOT / "docs" / "design.md"
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start + len(heading))
+    return text[start : end if end != -1 else len(text)]
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    """The README and docs/ link only to files in the repository (DESIGN was once linked outside)."""
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            assert path.exists(), f"{page.name}: {target}"
+            assert ROOT in path.parents, f"{page.name}: {target} is outside the repository"
+
+
+def test_the_design_lists_exactly_the_reason_codes_the_code_gives() -> None:
+    """Every reason the core can give is in the design's table, or (CHAR_CAP) among the ways a
+    truncation says how; SUMMARY is Python's; nothing listed is unknown to the code."""
+    plan = (ROOT / "rust_ext" / "core" / "src" / "plan.rs").read_text(encoding="utf-8")
+    core = set(re.findall(r'Reason::\w+ => "([A-Z_]+)"', plan))
+    python = "\n".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "service" / "contextshift").rglob("*.py")
+    )
+    section = _section(DESIGN.read_text(encoding="utf-8"), "## 6. The shift")
+    listed = set(re.findall(r"^\| `([A-Z_]+)` \|", section, re.MULTILINE))
+    hows_sentence = re.search(r"Truncations say how: (.*?)\.\s*$", section, re.DOTALL)
+    assert hows_sentence is not None
+    hows = set(re.findall(r"`([A-Z_]+)`", hows_sentence.group(1)))
+    assert core and listed | hows >= core and listed == (core - hows) | {"SUMMARY"}
+    assert '"SUMMARY"' in python
+    for how in hows:
+        assert f'"{how}"' in python or f'"{how}"' in plan, how
+
+
+def test_the_design_names_the_stages_as_the_readme_does() -> None:
+    design = re.findall(
+        r"^\d\. \*\*(\w+)\*\*", _section(DESIGN.read_text(encoding="utf-8"), "## 6."), re.MULTILINE
+    )
+    readme = re.findall(r"^ \d (\w+) ─", (ROOT / "README.md").read_text(encoding="utf-8"), re.MULTILINE)
+    assert design == readme == ["resolve", "cap", "pins", "plan", "repair", "recount"]
+
+
+def test_the_design_lists_every_rpc_and_every_builtin_strategy() -> None:
+    from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+    from contextshift.strategies import list_strategies
+
+    text = DESIGN.read_text(encoding="utf-8")
+    rpcs = set(re.findall(r"^\| `(\w+)` \|", _section(text, "## 9."), re.MULTILINE))
+    assert rpcs == {m.name for m in pb.DESCRIPTOR.services_by_name["ContextShiftService"].methods}
+    strategies = set(re.findall(r"^- `([\w-]+)`:", _section(text, "## 7."), re.MULTILINE))
+    assert strategies == {s.name for s in list_strategies() if s.builtin}
+
+
+def test_the_design_states_the_defaults_the_code_has() -> None:
+    from contextshift import budget, cache_stable
+    from contextshift.options import COMMON
+
+    text = " ".join(DESIGN.read_text(encoding="utf-8").split())
+    defaults = {o.name: o.default for o in COMMON}
+    for figure in (
+        budget.DEFAULT_CONTEXT_LIMIT,
+        budget.DEFAULT_RESPONSE_RESERVE,
+        defaults["max_block_chars"],
+    ):
+        assert f"{figure:,}" in text, figure
+    assert f"min({budget.FLOOR_CAP}, context_limit // 2)" in text
+    assert "a quarter of the limit" in text and budget.DEFAULT_RESERVE_SHARE == 4
+    assert f"`pinned_cap` (default {defaults['pinned_cap']})" in text
+    assert f"defaults to {cache_stable.TARGET_RATIO} rather than {defaults['target_ratio']}" in text
