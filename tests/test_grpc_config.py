@@ -24,7 +24,7 @@ def test_precedence(tmp_path: Path) -> None:
     settings = config.load({"port": "9000"}, env=env)
     assert settings.port == 9000  # flag over env over file
     assert settings.workers == 3 and settings.host == "0.0.0.0" and settings.bench_echo  # file
-    assert settings.context_size == 32000  # the DESIGN's env name
+    assert settings.context_size == 32000  # docs/design.md's env name
     assert config.load({}, env=env).port == 8000
 
 

@@ -16,9 +16,9 @@ import pytest
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import interceptors
-from contextshift.api.convert import BudgetDefaults
 from contextshift.api.servicer import ContextShiftServicer
 from contextshift.audit.sqlite import SqliteStore
+from contextshift.budget import Budget
 from contextshift.errors import InvalidOptions
 
 INLINE_BYTES = 4096
@@ -53,7 +53,7 @@ def test_small_requests_run_inline_once_their_profile_was_served(
     executor: CountingExecutor, store: SqliteStore
 ) -> None:
     servicer = ContextShiftServicer(
-        executor, BudgetDefaults(None, None), store, inline_request_bytes=INLINE_BYTES, store_cache_seconds=60
+        executor, Budget(), store, inline_request_bytes=INLINE_BYTES, store_cache_seconds=60
     )
 
     async def handed(**fields: Any) -> int:
@@ -91,7 +91,7 @@ def test_small_requests_run_inline_once_their_profile_was_served(
 def test_inline_off_runs_everything_on_the_engine_threads(
     executor: CountingExecutor, store: SqliteStore
 ) -> None:
-    servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), store, inline_request_bytes=0)
+    servicer = ContextShiftServicer(executor, Budget(), store, inline_request_bytes=0)
 
     async def scenario() -> None:
         interceptors.begin_call_stats()

@@ -21,6 +21,7 @@ from contextshift import plugins as plugin_host
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import convert, metrics
 from contextshift.audit.store import ModelConfig, Role
+from contextshift.budget import Budget
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -152,7 +153,7 @@ def test_a_shifts_own_time_leaves_its_store_reads_out() -> None:
     request = pb.ShiftContextRequest(blocks_json=json.dumps(long_chat(6)), model="some-model")
     store = SlowConfigStore()
     start = time.perf_counter()
-    shifted = convert.shift(request, request.blocks_json.encode(), convert.BudgetDefaults(None, None), store)
+    shifted = convert.shift(request, request.blocks_json.encode(), Budget(), store)
     elapsed = time.perf_counter() - start
     assert store.read_seconds == SlowConfigStore.READ_SECONDS
     assert 0 < shifted.seconds <= elapsed - store.read_seconds

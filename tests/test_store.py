@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -19,7 +20,7 @@ import psycopg
 import pytest
 from postgres_cluster import Cluster, running_cluster
 
-from contextshift.audit import open_store
+from contextshift.audit import default_url, open_store
 from contextshift.audit.migrations import LATEST
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import (
@@ -487,7 +488,7 @@ def test_postgresql_pooled_connections_outlive_a_restart_of_the_database() -> No
     ("url", "message"),
     [
         ("mysql://localhost/db", "unknown scheme 'mysql'"),
-        ("contextshift.db", "unknown scheme"),
+        ("sqlite:x.db", "unknown scheme 'sqlite'; use a file path, sqlite:///<path>"),
         ("sqlite:///", "name a database file"),
         ("sqlite:///:memory:", "name a database file"),
         ("sqlite:///x.db?journal=off", "unknown options journal"),
@@ -500,8 +501,35 @@ def test_postgresql_pooled_connections_outlive_a_restart_of_the_database() -> No
     ],
 )
 def test_bad_store_urls(url: str, message: str) -> None:
-    with pytest.raises(StoreConfigError, match=message):
+    with pytest.raises(StoreConfigError, match=re.escape(message)):
         open_store(url)
+
+
+def test_a_bare_path_is_a_sqlite_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for given, path in [
+        ("relative.db", tmp_path / "relative.db"),
+        (str(tmp_path / "absolute.db"), tmp_path / "absolute.db"),
+        ("~/in-home.db?synchronous=full", tmp_path / "home" / "in-home.db"),
+    ]:
+        store = open_store(given)
+        try:
+            assert isinstance(store, SqliteStore)
+            assert store.migrate() == LATEST and path.resolve() == store.path.resolve()
+        finally:
+            store.close()
+        assert path.is_file(), given
+
+
+def test_the_default_url_is_in_the_data_directory() -> None:
+    assert (
+        default_url({"XDG_DATA_HOME": "/x/data", "HOME": "/h"})
+        == "sqlite:////x/data/contextshift/contextshift.db"
+    )
+    # The XDG spec: a relative XDG_DATA_HOME is ignored.
+    for env in ({"HOME": "/h"}, {"XDG_DATA_HOME": "data", "HOME": "/h"}):
+        assert default_url(env) == "sqlite:////h/.local/share/contextshift/contextshift.db"
 
 
 @pytest.mark.parametrize(

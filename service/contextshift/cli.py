@@ -1,5 +1,5 @@
 """Command line: serve the API, preview what a shift keeps and drops (here or on a server), show a
-chat's last audit, and count tokens.
+chat's last audit, count tokens, and measure the tokenizer profiles.
 
 contextshift serve --port 50051 --http-port 8080
 contextshift preview examples/support-chat.json --budget 300 [--server 127.0.0.1:50051]
@@ -75,6 +75,10 @@ def stderr() -> Console:
 # --- input ------------------------------------------------------------------------------------
 
 
+class UsageError(Exception):
+    """Input the command cannot read, or flags it cannot use: exit code 2, as argparse's own."""
+
+
 def read_text(source: str) -> str:
     """A file's text, or stdin's for `-`."""
     if source == "-":
@@ -82,7 +86,19 @@ def read_text(source: str) -> str:
     try:
         return Path(source).read_text(encoding="utf-8")
     except OSError as e:
-        raise SystemExit(f"error: {source}: {e.strerror or e}") from None
+        raise UsageError(f"{source}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{source}: not UTF-8 text: {e}") from None
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A file's bytes, or stdin's for `-`."""
+    if str(path) == "-":
+        return sys.stdin.buffer.read()
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror or e}") from None
 
 
 def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -102,7 +118,7 @@ def load_blocks(text: str, source: str) -> list[Any]:
     try:
         data = json.loads(text, object_pairs_hook=_refuse_repeated_keys)
     except ValueError as e:
-        raise SystemExit(f"error: {source}: not JSON: {e}") from None
+        raise UsageError(f"{source}: not JSON: {e}") from None
     if isinstance(data, list):
         return data
     if isinstance(data, dict):
@@ -112,9 +128,7 @@ def load_blocks(text: str, source: str) -> list[Any]:
                 if key == "messages" and isinstance(data.get("system"), str):
                     blocks.insert(0, {"role": "system", "content": data["system"]})
                 return blocks
-    raise SystemExit(
-        f"error: {source}: expected a JSON list of blocks or an object with blocks/messages/input"
-    )
+    raise UsageError(f"{source}: expected a JSON list of blocks or an object with blocks/messages/input")
 
 
 def _waiting(what: str, size: int) -> AbstractContextManager[Any]:
@@ -323,14 +337,12 @@ class ServerFailed(Exception):
 # --- commands ---------------------------------------------------------------------------------
 
 
-def _budget(args: argparse.Namespace, *, remote: bool) -> int | Budget | None:
+def _budget(args: argparse.Namespace) -> int | Budget:
+    """--budget as is, else the window flags given: the figures left out resolve in the library
+    (or on the server) as docs/design.md says."""
     if args.budget is not None:
         return int(args.budget)
-    window = (args.context_limit, args.response_reserve, args.system_reserve)
-    if remote and window == (None, None, None):
-        return None  # the server's defaults: its environment, the model registry, 128000 / 64000
-    limit, response, system = window
-    return Budget(128_000 if limit is None else limit, response or 0, system or 0)
+    return Budget(args.context_limit, args.response_reserve, args.system_reserve)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -340,7 +352,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any] | None:
     for given in args.option:
         key, sep, value = given.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --option {given!r}: expected KEY=VALUE")
+            raise UsageError(f"--option {given!r}: expected KEY=VALUE")
         try:
             options[key] = json.loads(value)
         except ValueError:
@@ -350,19 +362,14 @@ def _options(args: argparse.Namespace) -> dict[str, Any] | None:
 
 def _tools(args: argparse.Namespace) -> bytes | None:
     """The --tools file's JSON text, read by the core (or the server)."""
-    if args.tools is None:
-        return None
-    try:
-        return Path(args.tools).read_bytes()
-    except OSError as e:
-        raise SystemExit(f"error: {args.tools}: {e.strerror or e}") from None
+    return None if args.tools is None else _read_bytes(Path(args.tools))
 
 
 def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
     if args.server is None:
         return shift_context(
             blocks,
-            budget=_budget(args, remote=False) or 0,
+            budget=_budget(args),
             profile=args.profile,
             strategy=args.strategy,
             model=args.model,
@@ -377,7 +384,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
         try:
             return client.preview_context(
                 blocks,
-                budget=_budget(args, remote=True),
+                budget=_budget(args),
                 profile=args.profile or "",
                 strategy=args.strategy,
                 model=args.model or "",
@@ -522,11 +529,7 @@ def _bench_profiles(args: argparse.Namespace) -> int:
     if not args.files:
         data = profile_bench.sample_corpus()
     else:
-        documents = (
-            ("-", sys.stdin.buffer.read()) if str(path) == "-" else (str(path), path.read_bytes())
-            for path in args.files
-        )
-        data = profile_bench.corpus(documents)
+        data = profile_bench.corpus((str(path), _read_bytes(path)) for path in args.files)
     report = profile_bench.run(data, args.profiles)
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
@@ -625,15 +628,23 @@ def _print_checked(checked: maintenance.Checked, copied: maintenance.Copied | No
 
 
 def _add_server_flags(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    server = "required" if required else "default: none, the local engine"
     parser.add_argument(
-        "--server", required=required, metavar="HOST:PORT", help="ask this contextshift server (gRPC)"
+        "--server",
+        required=required,
+        metavar="HOST:PORT",
+        help=f"ask this contextshift server (gRPC; {server})",
     )
     parser.add_argument("--api-key", help=f"the server's API key (default ${API_KEY_ENV})")
     parser.add_argument(
-        "--tls-ca", metavar="FILE", help="connect with TLS, trusting these CA certificates (PEM)"
+        "--tls-ca",
+        metavar="FILE",
+        help="connect with TLS, trusting these CA certificates (PEM; default: none, plaintext)",
     )
-    parser.add_argument("--tls-cert", metavar="FILE", help="client certificate for mutual TLS (PEM)")
-    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key (PEM)")
+    parser.add_argument(
+        "--tls-cert", metavar="FILE", help="client certificate for mutual TLS (PEM; default: none)"
+    )
+    parser.add_argument("--tls-key", metavar="FILE", help="the client certificate's key (PEM; default: none)")
 
 
 SERVE_EPILOG = (
@@ -641,39 +652,81 @@ SERVE_EPILOG = (
     "(keys: the setting names, e.g. http_port = 8080), which wins over the default. "
     "Health (gRPC health, /healthz, /readyz), reflection, /metrics, /openapi.json and the page need no API key."
 )
+DESCRIPTION = (
+    "Fit an LLM prompt into a model's context window: serve the gRPC and HTTP APIs, preview what a "
+    "shift keeps and drops (here or on a server), show a chat's last audit, count tokens, and "
+    "measure the tokenizer profiles. `contextshift COMMAND --help` tells more."
+)
+EXIT_CODES = (
+    "Exit codes: 0 done; 1 a server or internal error; 2 invalid input or usage (a file that is not "
+    "JSON, a bad flag or option); 3 the protected blocks alone exceed the budget."
+)
+FILES = (
+    "FILE is a JSON list of blocks (OpenAI chat or Responses, Anthropic, Vercel AI SDK, contextshift's "
+    "own), or a request body holding one (messages, with Anthropic's top-level system; input; blocks)."
+)
+WINDOW = (
+    "Without --budget the window resolves as the server's does (docs/design.md, Budget): each of "
+    "--context-limit and --response-reserve not given comes from LLM_CONTEXT_SIZE / "
+    "LLM_MAX_OUTPUT_TOKENS, then the model registry (--model), then 128000 / 64000; a reserve not "
+    "given never takes more than a quarter of a --context-limit given. With --server, what is not "
+    "given is left to the server (its model configurations come first)."
+)
+
+
+def _command(
+    sub: Any, name: str, summary: str, description: str, epilog: str = EXIT_CODES
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=f"{summary[0].upper()}{summary[1:]}. {description}", epilog=epilog
+    )
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="contextshift", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="contextshift", description=DESCRIPTION, epilog=EXIT_CODES)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = sub.add_parser(
+    serve = _command(
+        sub,
         "serve",
-        help="serve the gRPC and HTTP APIs (settings: flags > environment > --config TOML > defaults)",
+        "serve the gRPC and HTTP/JSON APIs, the preview page and /metrics until SIGTERM or Ctrl-C",
+        "Runs contextshift.v1.ContextShiftService (with gRPC health and reflection) and its HTTP/JSON "
+        "surface in the same processes.",
         epilog=SERVE_EPILOG,
     )
     config.add_flags(serve)
     serve.set_defaults(run=_serve)
 
-    preview = sub.add_parser("preview", help="show what a shift of a conversation keeps and excludes")
+    preview = _command(
+        sub,
+        "preview",
+        "show what a shift of a conversation keeps, excludes and cuts, block by block",
+        f"Shifts on the local engine, or with --server on a running server (writing nothing there). {FILES} "
+        f"{WINDOW}",
+    )
     preview.add_argument("file", metavar="FILE", help="a conversation file, or - for stdin")
-    preview.add_argument("--budget", type=int, help="token budget, used as is (overrides the window flags)")
     preview.add_argument(
-        "--context-limit", type=int, help="context window (default 128000; with --server, the server's)"
+        "--budget", type=int, help="token budget, used as is (overrides the window flags; default: none)"
+    )
+    preview.add_argument(
+        "--context-limit", type=int, help="context window (default: see above; 128000 at the end)"
     )
     preview.add_argument(
         "--response-reserve",
         type=int,
-        help="tokens kept for the answer (default 0; with --server, the server's)",
+        help="tokens kept for the answer (default: see above; 64000 at the end, at most a quarter of "
+        "--context-limit)",
     )
     preview.add_argument(
         "--system-reserve", type=int, help="tokens kept for a system prompt not sent (default 0)"
     )
     preview.add_argument(
-        "--profile", help="tokenizer profile or registered model (default: the model's, else heuristic)"
+        "--profile",
+        help="tokenizer profile or registered model (default: the model's, else heuristic)",
     )
     preview.add_argument(
-        "--model", help="the model, e.g. gpt-4o: picks the profile (and, on a server, the window)"
+        "--model", help="the model, e.g. gpt-4o: picks the profile and the window (default: none)"
     )
     preview.add_argument("--strategy", default="truncate", help="the strategy (default truncate)")
     preview.add_argument(
@@ -682,41 +735,61 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help='a shift option, repeatable (VALUE as JSON when it parses: 256, true, ["a"]), e.g. '
-        "--option target_ratio=0.8 --option summary_max_tokens=256",
+        "--option target_ratio=0.8 --option summary_max_tokens=256 (default: none)",
     )
     preview.add_argument(
-        "--tools", type=Path, help="a JSON array of the tool definitions the prompt is sent with"
+        "--tools",
+        type=Path,
+        help="a JSON array of the tool definitions the prompt is sent with, or - for stdin (default: none)",
     )
     preview.add_argument("--json", action="store_true", help="print the full result as JSON")
     _add_server_flags(preview, required=False)
     preview.set_defaults(run=_preview)
 
-    audit = sub.add_parser("audit", help="show a chat's last audit, from a server")
-    audit.add_argument("chat_id", metavar="CHAT_ID")
+    audit = _command(
+        sub,
+        "audit",
+        "show a chat's last audit from a server",
+        "Prints every block of the chat's last prompt in order with its tokens, decision and reason, "
+        "the cut blocks, the summary where it was sent, and the plan's warnings and diagnostics; a "
+        "chat without an audit exits 1.",
+    )
+    audit.add_argument(
+        "chat_id", metavar="CHAT_ID", help="the chat whose last audit to show (the chat_id its shifts named)"
+    )
     _add_server_flags(audit, required=True)
     audit.set_defaults(run=_audit)
 
-    count = sub.add_parser(
-        "count", help="count tokens of each block of conversation files (or stdin), or of --text"
+    count = _command(
+        sub,
+        "count",
+        "count the tokens of each block of conversation files (or stdin), or of --text",
+        f"{FILES} Each block counts with its message overhead; --text counts the text alone.",
     )
     count.add_argument("files", metavar="FILE", nargs="*", help="conversation files, or - for stdin")
-    count.add_argument("--text", help="count this text instead")
+    count.add_argument("--text", help="count this text instead of files (default: none)")
     count.add_argument(
         "--profile", help="tokenizer profile or registered model (default: the model's, else heuristic)"
     )
-    count.add_argument("--model", help="the model whose tokenizer counts, when --profile is not given")
+    count.add_argument(
+        "--model", help="the model whose tokenizer counts, when --profile is not given (default: none)"
+    )
     count.add_argument("--json", action="store_true", help="print every count as JSON")
     count.set_defaults(run=_count)
 
-    bench = sub.add_parser(
+    bench = _command(
+        sub,
         "bench-profiles",
-        help="measure every profile on a corpus: throughput, and each approximate profile's error",
+        "measure every tokenizer profile on a corpus: throughput, and each approximate profile's error",
+        "Counts the corpus with each profile (count cache bypassed, best of up to 5 runs in about "
+        "10 s) and compares each approximate profile with the exact ones of its family.",
     )
     bench.add_argument(
         "files",
         type=Path,
         nargs="*",
-        help="chat JSON (any supported shape) or text files, - for stdin; none: the shipped sample corpus",
+        metavar="FILE",
+        help="chat JSON (any supported shape) or text files, - for stdin (default: the shipped sample corpus)",
     )
     bench.add_argument(
         "--profiles", nargs="+", help="profile or model names (default: every built-in profile)"
@@ -763,6 +836,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as e:
         for v in e.violations:
             print(f"error: {v.field}: {v.description}", file=sys.stderr)
+        return 2
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     except (ContextShiftError, ServerFailed) as e:
         print(f"error: {e}", file=sys.stderr)

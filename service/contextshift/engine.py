@@ -50,3 +50,14 @@ __all__ = [
     "rewrite_block",
     "split_message_field",
 ]
+
+
+def wire_problem(message: bytes) -> str | None:
+    """The first malformed top-level field of an encoded protobuf message, with its byte offset
+    ("field runs past the end of the message at byte 4"), or None when every field is well framed.
+    Field number 0 is never a field's, so the split walks the whole message."""
+    try:
+        split_message_field(message, 0)
+    except ValueError as e:
+        return str(e)
+    return None

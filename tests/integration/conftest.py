@@ -19,6 +19,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from contextshift.audit import default_url
+
 START_TIMEOUT = 30.0
 
 
@@ -134,7 +136,8 @@ def start_server(
 ) -> ServerProcess:
     """Start `contextshift serve` with `flags`, in `cwd` (default: this process's); the environment
     has no CONTEXTSHIFT_/LLM_ settings but `env`. The store is `store`, or a SQLite file of its own
-    in `tmp_path`; with `default_store`, no --store at all (the server's default, in `cwd`). With
+    in `tmp_path`; with `default_store`, no --store at all (the server's default, in the data
+    directory `env` names). With
     `gate`, every engine call waits for the gate to open."""
     # Chosen together: two separate picks can return the same port.
     chosen = iter(free_ports(2))
@@ -142,15 +145,15 @@ def start_server(
     http_port = next(chosen) if http_port is None else http_port
     if http_port == port:
         http_port = next(chosen)
-    if default_store:
-        store_flags: list[str] = []
-        store = f"sqlite:///{cwd or Path.cwd()}/contextshift.db"  # where the default puts it
-    else:
-        store = store or f"sqlite:///{tmp_path}/store-{port}.db"
-        store_flags = ["--store", store]
     log_path = tmp_path / f"server-{port}-{time.monotonic_ns()}.log"
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CONTEXTSHIFT_", "LLM_"))}
     env = clean | (env or {})
+    if default_store:
+        store_flags: list[str] = []
+        store = default_url(env)  # where the default puts it
+    else:
+        store = store or f"sqlite:///{tmp_path}/store-{port}.db"
+        store_flags = ["--store", store]
     program = ["-m", "contextshift", "serve"]
     if gate is not None:
         env["CONTEXTSHIFT_TEST_GATE"] = str(gate.path)

@@ -136,7 +136,31 @@ def test_preview_passes_options_here_and_to_a_server(served: ServerProcess) -> N
         assert [(d["id"], d["reason"]) for d in out["kept"]] == [(d.id, d.reason) for d in lib.kept]
     wrong = run("preview", str(EXAMPLE), "--budget", "200", "--option", "target_ratio=2")
     assert wrong.returncode == 2 and "options.target_ratio" in wrong.stderr
-    assert run("preview", str(EXAMPLE), "--option", "no-equals-sign").returncode == 1
+    bad_option = run("preview", str(EXAMPLE), "--option", "no-equals-sign")
+    assert bad_option.returncode == 2 and "expected KEY=VALUE" in bad_option.stderr
+
+
+@pytest.mark.parametrize("command", ["preview", "count"])
+def test_input_that_cannot_be_read_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    """Exit code 2, as the README says, with one line naming the file; never a traceback."""
+    cases = {
+        "not JSON": ("not json at all", "not JSON"),
+        "not blocks": ('{"model": "gpt-4o"}', "expected a JSON list of blocks"),
+        "not UTF-8": (b"\xff\xfe[]", "not UTF-8 text"),
+    }
+    for name, (content, message) in cases.items():
+        path = tmp_path / f"{name}.json"
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        proc = run(command, str(path))
+        assert (proc.returncode, proc.stderr.count("\n")) == (2, 1), (name, proc.stderr)
+        assert proc.stderr.startswith(f"error: {path}: {message}"), proc.stderr
+    missing = run(command, str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "No such file or directory" in missing.stderr
+    piped = run(command, "-", stdin="[1, 2")
+    assert piped.returncode == 2 and piped.stderr.startswith("error: -: not JSON")
 
 
 def test_preview_reports_budget_exceeded_with_exit_code() -> None:
@@ -360,20 +384,48 @@ def test_preview_shows_progress_while_it_prints_a_long_table(tmp_path: Path) -> 
     assert "printing rows" not in in_terminal("preview", str(EXAMPLE), "--budget", "300")[1]
 
 
-def test_serve_help_documents_every_setting() -> None:
+def test_serve_help_documents_every_setting_with_its_default() -> None:
     proc = run("serve", "--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     for setting in config.SETTINGS:
-        assert setting.flag in text and f"(env {setting.env})" in text, setting.name
+        assert setting.flag in text, setting.name
+        assert f"(default {setting.default_text}; env {setting.env})" in text, setting.name
+    assert "(default 50051; env CONTEXTSHIFT_PORT)" in text
     assert "--config" in text and "CONTEXTSHIFT_CONFIG" in text
+
+
+def test_help_texts_are_whole_sentences_with_every_command_described() -> None:
+    top = run("--help")
+    assert top.returncode == 0
+    text = " ".join(top.stdout.split())
+    assert cli.DESCRIPTION in text and "Exit codes: 0 done; 1" in text
+    parser = cli.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, cli.argparse._SubParsersAction)]
+    assert set(commands.choices) >= {"serve", "preview", "audit", "count", "bench-profiles"}
+    for name, sub in commands.choices.items():
+        # Listed in the top-level help with a summary, and described in its own.
+        (listed,) = [a for a in commands._choices_actions if a.dest == name]
+        assert listed.help and " ".join(listed.help.split()[:3]) in text, name
+        own = run(name, "--help")
+        assert own.returncode == 0 and sub.description, name
+        own_text = " ".join(own.stdout.split())
+        assert " ".join(sub.description.split()) in own_text, name
+        # Every argument says what it is, and every option with a value its default.
+        for action in sub._actions:
+            assert action.help, (name, action.dest)
+            takes_value = action.option_strings and action.nargs != 0 and action.dest != "help"
+            if takes_value:
+                assert "default" in action.help or "required" in action.help, (name, action.dest)
+    audit = " ".join(run("audit", "--help").stdout.split())
+    assert "CHAT_ID the chat whose last audit to show" in audit
 
 
 def test_a_file_with_a_repeated_key_is_refused(tmp_path: Path) -> None:
     conversation = tmp_path / "chat.json"
     conversation.write_text('[{"role": "user", "role": "assistant", "content": "x"}]')
     proc = run("preview", str(conversation), "--budget", "300")
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "duplicate key 'role' in a JSON object" in proc.stderr
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from test_cache_stable import chat
 
 import contextshift
+from contextshift import cache_stable
+from contextshift.cache_stable import PreviousPrompt
 
 from .conftest import ServerProcess
 
@@ -35,3 +37,26 @@ def test_the_chats_last_audit_keeps_the_cut(server: ServerProcess) -> None:
     assert [d.id for d in plain.kept] == [d.id for d in stateless.kept] != [d.id for d in shifted.kept]
     assert [d.id for d in plain.kept][: len(first.kept)] != [d.id for d in first.kept]
     assert plain.diagnostics == []
+
+
+def test_a_chats_shifts_leave_headroom_by_default(server: ServerProcess) -> None:
+    """With a chat_id (cache-stable) and no target_ratio, a shift that must cut goes down to
+    cache_stable.TARGET_RATIO of the budget, from the chat's first shift on, so the next turns grow
+    on the same prefix; the library does the same given a previous prompt (an empty one: the
+    first turn); a target_ratio given, or cache_stable off, is 1.0 as before."""
+    blocks = chat(20)
+    with contextshift.Client(server.address) as client:
+        chatty = client.shift_context(blocks, budget=1000, chat_id="headroom-chat")
+        previewed = client.preview_context(blocks, budget=1000, chat_id="headroom-preview")
+        given = client.shift_context(
+            blocks, budget=1000, chat_id="headroom-given", options={"target_ratio": 1.0}
+        )
+        off = client.shift_context(
+            blocks, budget=1000, chat_id="headroom-off", options={"cache_stable": False}
+        )
+        stateless = client.shift_context(blocks, budget=1000)
+    assert chatty.prompt_tokens <= cache_stable.TARGET_RATIO * 1000 < stateless.prompt_tokens <= 1000
+    assert previewed.kept == chatty.kept
+    library = contextshift.shift_context(blocks, budget=1000, previous=PreviousPrompt())
+    assert library.kept == chatty.kept
+    assert given.kept == off.kept == stateless.kept == contextshift.shift_context(blocks, budget=1000).kept

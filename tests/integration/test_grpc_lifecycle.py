@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
@@ -75,11 +76,24 @@ def test_two_workers_share_one_port(tmp_path: Path) -> None:
     assert sum(line["msg"] == "stopped" for line in lines) == 2
 
 
-def test_port_clash_fails_loudly(server: ServerProcess, tmp_path: Path) -> None:
-    clash = start_server(tmp_path, port=server.port, wait=False)
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_port_clash_fails_loudly_naming_the_port(server: ServerProcess, tmp_path: Path, workers: str) -> None:
+    clash = start_server(tmp_path, "--workers", workers, port=server.port, wait=False)
     assert clash.proc.wait(30) == 1
     (error,) = [line for line in clash.log_lines() if line["msg"] == "cannot serve"]
-    assert error["port"] == server.port
+    assert (error["setting"], error["port"]) == ("port", server.port)
+    assert error["error"].startswith(f"cannot listen on 127.0.0.1:{server.port} (port {server.port}): ")
+    assert "Traceback" not in clash.log_path.read_text()
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_http_port_clash_names_the_http_port(server: ServerProcess, tmp_path: Path, workers: str) -> None:
+    clash = start_server(tmp_path, "--workers", workers, http_port=server.http_port, wait=False)
+    assert clash.proc.wait(30) == 1
+    (error,) = [line for line in clash.log_lines() if line["msg"] == "cannot serve"]
+    port = server.http_port
+    assert (error["setting"], error["port"]) == ("http_port", port)
+    assert error["error"] == f"cannot listen on 127.0.0.1:{port} (http_port {port}): Address already in use"
 
 
 def test_bad_setting_is_a_usage_error(tmp_path: Path) -> None:

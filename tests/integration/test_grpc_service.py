@@ -118,8 +118,13 @@ def violations(error: grpc.RpcError) -> dict[str, str]:
 
 
 def test_shift_context_typed(channel: grpc.Channel) -> None:
+    # target_ratio 1: a chat's shift is cache-stable, down to 0.8 of the budget by default.
+    options = struct_pb2.Struct()
+    options.update({"target_ratio": 1.0})
     response = stub(channel).ShiftContext(
-        pb.ShiftContextRequest(blocks=TYPED, context_limit=1200, response_reserve=200, chat_id="c1"),
+        pb.ShiftContextRequest(
+            blocks=TYPED, context_limit=1200, response_reserve=200, chat_id="c1", options=options
+        ),
         timeout=10,
     )
     plan = response.plan
@@ -223,7 +228,7 @@ def test_budget_defaults_come_from_the_environment(tmp_path: Any) -> None:
     try:
         with grpc.insecure_channel(running.address) as chan:
             plan = stub(chan).PreviewContext(pb.PreviewContextRequest(blocks=TYPED), timeout=10).plan
-            # The environment comes before the model registry (DESIGN.md §5) ...
+            # The environment comes before the model registry (docs/design.md §5) ...
             gpt = (
                 stub(chan)
                 .PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
@@ -256,9 +261,10 @@ def test_environment_window_wins_over_the_registry_and_the_registry_reserve_appl
                 .PreviewContext(pb.PreviewContextRequest(blocks=TYPED, model="gpt-4o"), timeout=10)
                 .plan
             )
-        # Window from LLM_CONTEXT_SIZE; no LLM_MAX_OUTPUT_TOKENS, so the registry's max output.
-        assert (plan.profile, plan.context_limit, plan.response_reserve) == ("o200k_base", 32_000, 16_384)
-        assert plan.budget == 32_000 - 16_384
+        # Window from LLM_CONTEXT_SIZE; no LLM_MAX_OUTPUT_TOKENS, so the registry's max output,
+        # which was meant for gpt-4o's own 128000: at most a quarter of this window.
+        assert (plan.profile, plan.context_limit, plan.response_reserve) == ("o200k_base", 32_000, 8_000)
+        assert plan.budget == 32_000 - 8_000
     finally:
         assert running.terminate() == 0
 
@@ -505,12 +511,15 @@ def test_finish_generation_validation(
     assert set(violations(caught.value)) == expected
 
 
+TERMINAL = "GENERATION_STATUS_COMPLETED, GENERATION_STATUS_FAILED, GENERATION_STATUS_CANCELLED"
+
+
 @pytest.mark.parametrize(
     ("status", "message"),
     [
-        (pb.GENERATION_STATUS_UNSPECIFIED, "not set: set COMPLETED, FAILED or CANCELLED"),
-        (pb.GENERATION_STATUS_PENDING, "PENDING is not a terminal status"),
-        (42, "unknown value 42: set COMPLETED, FAILED or CANCELLED"),
+        (pb.GENERATION_STATUS_UNSPECIFIED, f"not set: one of {TERMINAL}"),
+        (pb.GENERATION_STATUS_PENDING, f"GENERATION_STATUS_PENDING is not allowed: one of {TERMINAL}"),
+        (42, f"unknown value 42: one of {TERMINAL}"),
     ],
 )
 def test_finish_generation_says_what_is_wrong_with_its_status(
@@ -551,12 +560,12 @@ def test_token_budget_exceeded_is_failed_precondition_with_error_info(channel: g
     code, (info,) = details(caught.value)
     assert code == grpc.StatusCode.FAILED_PRECONDITION
     assert (info.reason, info.domain) == ("TOKEN_BUDGET_EXCEEDED", "contextshift.v1")
-    assert dict(info.metadata) == {
+    assert dict(info.metadata) == {  # 40 less a default reserve of a quarter of it
         "protected_tokens": info.metadata["protected_tokens"],
-        "budget": "20",
+        "budget": "30",
         "tools_tokens": "0",
     }
-    assert int(info.metadata["protected_tokens"]) > 20
+    assert int(info.metadata["protected_tokens"]) > 30
 
 
 WEATHER_TOOLS = [

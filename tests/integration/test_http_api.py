@@ -4,11 +4,11 @@ answers and error codes as gRPC, the OpenAPI document, limits, draining and two 
 from __future__ import annotations
 
 import json
-import signal
-import threading
+import re
+import select
+import socket
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +16,13 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import json_format
-from openapi_spec_validator import validate
-from starlette.routing import Mount, Route
 
 from contextshift import profiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
-from contextshift.api.convert import BudgetDefaults
-from contextshift.api.http import OPERATIONS, HttpApi
-from contextshift.api.servicer import ContextShiftServicer
-from contextshift.audit import open_store
+from contextshift.api.http import OPERATIONS
 
-from .conftest import Gate, ServerProcess, start_server
+from .conftest import ServerProcess, start_server
 from .test_grpc_service import AS_JSON, TYPED
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-chat.json"
@@ -236,8 +231,8 @@ def test_budget_exceeded_is_422_with_the_numbers(http: httpx.Client) -> None:
         ({"blocks": [{"role": "ROLE_USER", "parts": [{}]}]}, "blocks[0].parts[0]", "empty part"),
         ({"blocksJson": "[", "strategy": "truncate"}, "blocks_json", ""),
         ({"blocksJson": [], "strategy": "nope"}, "strategy", "unknown strategy"),
-        ({"blocksJson": [], "contextLimit": "many"}, "contextLimit", "contextLimit"),
-        ({"blocksJson": [], "colour": 1}, "colour", 'no field named "colour"'),
+        ({"blocksJson": [], "contextLimit": "many"}, "context_limit", "must be a whole number from 1 to"),
+        ({"blocksJson": [], "colour": 1}, "colour", "unknown field"),
         ([1, 2], "body", "expected a JSON object"),
     ],
 )
@@ -256,106 +251,142 @@ def test_a_body_that_is_not_json(http: httpx.Client) -> None:
     assert error["field_violations"][0]["field"] == "body"
 
 
-def test_wrong_method_and_unknown_path(http: httpx.Client) -> None:
-    assert http.get("/api/v2/context-preview").status_code == 405
-    assert http.get("/api/v2/nothing").status_code == 404
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("GET", "/api/v2/context-preview", "POST"),
+        ("POST", "/api/v2/model-configs", "GET, PUT, HEAD"),
+        ("PUT", "/api/v2/model-configs/gpt-4o", "GET, DELETE, HEAD"),
+        ("POST", "/api/v2/chats/c1", "DELETE"),
+        ("PUT", "/healthz", "GET, HEAD"),
+    ],
+)
+def test_a_method_the_path_does_not_take_is_405_with_every_allowed_method(
+    http: httpx.Client, method: str, path: str, allowed: str
+) -> None:
+    response = http.request(method, path)
+    error = error_of(response, 405, "UNIMPLEMENTED")
+    assert set(response.headers["allow"].split(", ")) == set(allowed.split(", "))
+    assert error["message"] == f"{method} is not allowed on {path}: allowed {response.headers['allow']}"
 
 
-def test_oversize_bodies_are_413_with_or_without_a_length(tmp_path: Path) -> None:
-    running = start_server(tmp_path, "--max-request-bytes", "65536")
+def test_an_unknown_path_is_404_as_google_rpc_status(http: httpx.Client) -> None:
+    error = error_of(http.get("/api/v2/nothing"), 404, "NOT_FOUND")
+    assert error["message"] == "no route /api/v2/nothing (the routes: /openapi.json)"
+
+
+def test_a_header_that_never_ends_is_cut_off(tmp_path: Path) -> None:
+    """Slowloris: request headers that do not all arrive within --http-header-timeout-seconds get a
+    408 and the connection closed, also while the client keeps sending header lines; an idle
+    connection is closed without a word; a prompt request is served as before."""
+    running = start_server(tmp_path, "--http-header-timeout-seconds", "1")
     try:
-        with httpx.Client(base_url=running.http_url, timeout=30) as client:
-            body = json.dumps({"blocksJson": "[" + " " * 70_000 + "]"}).encode()
-            error = error_of(client.post("/api/v2/context-preview", content=body), 413, "RESOURCE_EXHAUSTED")
-            assert "65536 bytes" in error["message"]
-
-            def chunks() -> Iterator[bytes]:  # no content-length: the server counts as it reads
-                yield body[:40_000]
-                yield body[40_000:]
-
-            error_of(client.post("/api/v2/context-preview", content=chunks()), 413, "RESOURCE_EXHAUSTED")
-            small = {"blocksJson": [{"role": "user", "content": "hi"}]}
-            assert client.post("/api/v2/context-preview", json=small).status_code == 200
-    finally:
-        assert running.terminate() == 0
-
-
-def test_calls_over_the_limit_in_flight_are_429(tmp_path: Path) -> None:
-    gate = Gate(tmp_path / "gate")
-    running = start_server(tmp_path, "--max-concurrent-rpcs", "1", gate=gate)
-    try:
-        held: dict[str, int] = {}
-
-        def hold() -> None:
-            with httpx.Client(base_url=running.http_url, timeout=30) as client:
-                held["status"] = client.post(
-                    "/api/v2/context-preview", json={"blocksJson": AS_JSON}
-                ).status_code
-
-        thread = threading.Thread(target=hold)
-        thread.start()
-        gate.wait_entered()
-        with httpx.Client(base_url=running.http_url, timeout=30) as client:
-            error = error_of(
-                client.post("/api/v2/context-preview", json={"blocksJson": []}), 429, "RESOURCE_EXHAUSTED"
-            )
-        assert "limit of 1 calls in flight" in error["message"]
-        gate.open()
-        thread.join(30)
-        assert held["status"] == 200
-    finally:
-        gate.open()
-        assert running.terminate() == 0
-
-
-# --- health, draining, the document, logs, workers ---------------------------------------------
-
-
-def test_health_routes(http: httpx.Client) -> None:
-    assert http.get("/healthz").json() == {"status": "SERVING"}
-    assert http.get("/readyz").json() == {"status": "SERVING"}
-
-
-def test_readyz_is_503_while_draining_and_healthz_stays_up(tmp_path: Path) -> None:
-    gate = Gate(tmp_path / "gate")
-    running = start_server(tmp_path, "--drain-seconds", "3", gate=gate)
-    try:
-        with httpx.Client(base_url=running.http_url, timeout=30) as client:
-            assert client.get("/readyz").status_code == 200
-            running.proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 3
-            while client.get("/readyz").status_code != 503:
-                assert time.monotonic() < deadline, "/readyz still 200 while draining"
-                time.sleep(0.02)
-            assert client.get("/readyz").json()["status"] == "NOT_SERVING"
+        # Part of a request, then nothing: the 408, then the close.
+        with socket.create_connection(("127.0.0.1", running.http_port), timeout=20) as stalled:
+            stalled.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            received = b""
+            while chunk := stalled.recv(4096):  # bounded by the socket's 20 s timeout
+                received += chunk
+        status, _, body = received.partition(b"\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 408"), received
+        assert json.loads(body)["error"] == {
+            "code": 408,
+            "status": "DEADLINE_EXCEEDED",
+            "message": "the request's headers did not arrive within 1 s",
+            "details": [],
+        }
+        # A header line every 0.2 s, forever: closed all the same (the 408 may be lost to the
+        # reset the lines still coming cause).
+        with socket.create_connection(("127.0.0.1", running.http_port), timeout=20) as dribbling:
+            dribbling.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            started, closed = time.monotonic(), False
+            while not closed and time.monotonic() - started < 20:
+                try:
+                    dribbling.sendall(b"X-Slow: 1\r\n")
+                    readable, _, _ = select.select([dribbling], [], [], 0.2)
+                    closed = bool(readable) and not dribbling.recv(
+                        4096, socket.MSG_PEEK | socket.MSG_DONTWAIT
+                    )
+                    if readable and not closed:
+                        assert dribbling.recv(4096).startswith(b"HTTP/1.1 408")
+                except OSError:  # reset or broken pipe: closed
+                    closed = True
+            assert closed, "a header that never ends kept its connection for 20 s"
+        with socket.create_connection(("127.0.0.1", running.http_port), timeout=20) as idle:
+            assert idle.recv(1) == b""  # closed, nothing said
+        with httpx.Client(base_url=running.http_url, timeout=10) as client:
             assert client.get("/healthz").status_code == 200
     finally:
-        gate.open()
         assert running.terminate() == 0
 
 
-def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("route", "body", "field", "description"),
+    [
+        ("PUT /api/v2/model-configs", {}, "config", "required"),
+        ("PUT /api/v2/model-configs", {"config": {"contextSize": 8000}}, "config.model", "required"),
+        ("POST /api/v2/generations/g1/finish", {}, "status", "required"),
+        (
+            "POST /api/v2/generations/g1/finish",
+            {"status": "GENERATION_STATUS_PENDING"},
+            "status",
+            "is not one of",
+        ),
+        ("POST /api/v2/chats/c1/blocks", {}, "blocks", "nothing to append: set blocks or blocks_json"),
+        ("POST /api/v2/context-preview", {"noSuchField": 1}, "no_such_field", "unknown field"),
+        ("POST /api/v2/context-preview", {"chatId": "a\u0007b"}, "chat_id", "does not match"),
+        (
+            "POST /api/v2/context-preview",
+            {"contextLimit": "0"},
+            "context_limit",
+            "from 1 to 9007199254740992",
+        ),
+        ("POST /api/v2/count-tokens", {"items": [{}]}, "items[0]", "empty item: set text or block"),
+    ],
+)
+def test_the_server_refuses_what_its_document_refuses(
+    http: httpx.Client, route: str, body: Any, field: str, description: str
+) -> None:
+    """Each body breaks a rule the OpenAPI document states (required, additionalProperties false,
+    an id pattern, a range, a oneof): 400 naming the field, and the document's own schema of the
+    message refuses it too."""
+    from jsonschema import Draft202012Validator
+
+    method, path = route.split()
+    error = error_of(http.request(method, path, json=body), 400, "INVALID_ARGUMENT")
+    found = {v["field"]: v["description"] for v in error["field_violations"]}
+    assert field in found and description in found[field], found
     document = http.get("/openapi.json").json()
-    validate(document)
-    documented = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
-    with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
-        store = open_store(f"sqlite:///{tmp_path}/routes.db")
-        servicer = ContextShiftServicer(executor, BudgetDefaults(None, None), store)
-        app = HttpApi(servicer, keys=None, max_request_bytes=1024, max_concurrent_calls=1).app()
-    routes = {
-        (route.path, method)
-        for route in app.routes
-        if isinstance(route, Route)
-        for method in route.methods or ()
-        if method != "HEAD"
-    } | {(f"{route.path}/{{path}}", "GET") for route in app.routes if isinstance(route, Mount)}
-    assert routes == documented
-    assert {(op.path, op.http_method) for op in OPERATIONS} < documented
-    # The errors each API route can answer, and no other: every RPC behind them is implemented, so
-    # none answers 501.
+    operation = document["paths"][_template(method, path)][method.lower()]
+    schema = dict(
+        operation["requestBody"]["content"]["application/json"]["schema"], components=document["components"]
+    )
+    assert not Draft202012Validator(schema).is_valid(body)
+
+
+def _template(method: str, path: str) -> str:
+    """The route template of a path (`/api/v2/chats/c1/blocks` -> `/api/v2/chats/{id}/blocks`)."""
     for op in OPERATIONS:
-        responses = document["paths"][op.path][op.http_method.lower()]["responses"]
-        assert set(responses) == {"200", "400", "401", "404", "409", "413", "422", "429", "500", "503", "507"}
+        if op.http_method == method and re.fullmatch(re.escape(op.path).replace(r"\{id\}", "[^/]+"), path):
+            return op.path
+    raise AssertionError(path)
+
+
+def test_null_is_not_set_as_the_document_says(http: httpx.Client) -> None:
+    """The JSON mapping reads null as "not set"; the document says every optional field may be null."""
+    body = {"blocksJson": AS_JSON, "chatId": None, "contextLimit": None, "options": None, "blocks": None}
+    assert http.post("/api/v2/context-preview", json=body).status_code == 200
+    schemas = http.get("/openapi.json").json()["components"]["schemas"]
+    request = schemas["contextshift.v1.PreviewContextRequest"]
+    assert request["additionalProperties"] is False
+    for name in ("chatId", "contextLimit", "options", "blocks"):
+        schema = request["properties"][name]
+        assert {"type": "null"} in schema.get("anyOf", []) or "null" in schema.get("type", []), name
+    # Required fields are not nullable, ids carry their pattern, path ids exclude "/".
+    config = schemas["contextshift.v1.ModelConfig"]
+    assert config["required"] == ["model"] and config["properties"]["model"]["maxLength"] == 256
+    parameter = http.get("/openapi.json").json()["paths"]["/api/v2/chats/{id}"]["delete"]["parameters"][0]
+    assert parameter["schema"]["pattern"].endswith("/]+$")
 
 
 def test_answers_match_the_documented_schemas(http: httpx.Client) -> None:

@@ -1,6 +1,6 @@
 """Model configurations and stored chat history against the real server.
 
-Budget order end to end (DESIGN.md §5): the request, the stored model configuration (set through
+Budget order end to end (docs/design.md §5): the request, the stored model configuration (set through
 the API or loaded from the `model_config_file`), LLM_CONTEXT_SIZE / LLM_MAX_OUTPUT_TOKENS, the
 model registry, 128000 / 64000; main and fast roles; the floor warning. Stored history:
 AppendBlocks, ShiftContext with `use_stored_history` (the same plan as sending everything, counts
@@ -20,6 +20,7 @@ import pytest
 import contextshift
 from contextshift._proto.contextshift.v1 import block_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.cache_stable import PreviousPrompt
 
 from .conftest import ServerProcess, serving, start_server
 from .test_grpc_service import AS_JSON, TYPED, stub, violations
@@ -222,7 +223,10 @@ def test_a_shift_with_stored_history_is_the_shift_of_the_whole_conversation(chan
         ),
         timeout=10,
     )
-    library = contextshift.shift_context(AS_JSON, budget=contextshift.Budget(1200, 200))
+    # A chat's shift is cache-stable (its first: an empty previous prompt).
+    library = contextshift.shift_context(
+        AS_JSON, budget=contextshift.Budget(1200, 200), previous=PreviousPrompt()
+    )
     assert [(d.id, d.tokens, d.reason) for d in reply.plan.kept] == [
         (d.id, d.tokens, d.reason) for d in library.kept
     ]

@@ -14,7 +14,7 @@ from playwright.sync_api import Browser, Page, sync_playwright
 
 import contextshift
 
-from .conftest import ServerProcess
+from .conftest import ServerProcess, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "support-chat.json"
@@ -69,14 +69,19 @@ def rows(page: Page) -> dict[str, dict[str, Any]]:
     return {row["id"]: row for row in found}
 
 
-def test_the_shipped_example_shows_every_block_with_its_decision(page: Page) -> None:
-    page.wait_for_function("document.getElementById('profile').options.length > 1")  # profiles listed
+def preview_the_example(page: Page) -> None:
+    """The shipped example chosen as a file, previewed in a 300-token window with no reserve."""
     page.set_input_files("#file", str(EXAMPLE))
     page.wait_for_function("document.getElementById('conversation').value.length > 0")
     page.fill("#context-limit", "300")
     page.fill("#response-reserve", "0")
     page.click("#preview")
     page.wait_for_selector("#blocks tbody tr")
+
+
+def test_the_shipped_example_shows_every_block_with_its_decision(page: Page) -> None:
+    page.wait_for_function("document.getElementById('profile').options.length > 1")  # profiles listed
+    preview_the_example(page)
 
     shown = rows(page)
     blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
@@ -184,10 +189,12 @@ def test_a_chats_last_audit_with_the_pasted_conversation(page: Page, server: Ser
     assert list(shown) == [d.id for d, _ in sorted_audit(shifted, blocks)]
     assert shown["summary"]["reason"] == "SUMMARY" and shown["summary"]["decision"] == "kept"
     assert (shown["u1"]["decision"], shown["u1"]["reason"]) == ("excluded", "SUMMARIZED")
-    assert shown["sys"]["role"] == "system"  # from the pasted conversation
+    assert shown["sys"]["role"] == "system"
     title = page.text_content("#title") or ""
     assert title == f"Last audit of chat page-chat (generation {shifted.generation_id})"
-    assert "status GENERATION_STATUS_PENDING" in (page.text_content("#summary") or "")
+    summary = page.text_content("#summary") or ""
+    assert "status pending: sent to the provider, its outcome not reported yet" in summary
+    assert "GENERATION_STATUS" not in summary and "PROVIDER_ERROR_CODE" not in summary
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "preview-page-audit.png"), full_page=True)
 
@@ -199,3 +206,94 @@ def sorted_audit(shifted: Any, blocks: list[dict[str, Any]]) -> list[tuple[Any, 
     summary = decided["summary"]
     current = next(i for i, (d, _) in enumerate(order) if d.id == shifted.kept[-1].id)
     return [*order[:current], summary, *order[current:]]
+
+
+def audit_texts(page: Page) -> dict[str, tuple[str, str]]:
+    found: list[list[str]] = page.eval_on_selector_all(
+        "#blocks tbody tr",
+        "rows => rows.map(r => [r.dataset.id, r.querySelector('.role').textContent, r.querySelector('.text').textContent])",
+    )
+    return {row_id: (role, text) for row_id, role, text in found}
+
+
+def test_an_audit_alone_shows_the_messages_it_stored(page: Page, server: ServerProcess) -> None:
+    """Nothing pasted: the kept blocks' role and text come from the audit's stored messages, and
+    the excluded blocks say their text is not stored."""
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    with contextshift.Client(server.address) as client:
+        shifted = client.shift_context(blocks, budget=300, chat_id="page-chat-alone")
+        client.finish_generation(
+            shifted.generation_id,
+            "failed",
+            chat_id="page-chat-alone",
+            provider_error={"http_status": 429, "type": "rate_limit_error"},
+        )
+    page.fill("#conversation", "")
+    page.fill("#chat-id", "page-chat-alone")
+    page.click("#audit")
+    page.wait_for_selector("#blocks tbody tr")
+    shown = audit_texts(page)
+    by_id = {block["id"]: block for block in blocks}
+    for decision in shifted.kept:
+        role, text = shown[decision.id]
+        assert role == by_id[decision.id]["role"], decision.id
+        assert text and text.split()[0] in str(by_id[decision.id].get("content") or "["), decision.id
+    for decision in shifted.excluded:
+        assert shown[decision.id] == ("", "(text not stored: an audit keeps the text of the blocks it sent)")
+    summary = page.text_content("#summary") or ""
+    assert summary.endswith("status failed (rate limited)"), summary
+
+
+def test_an_audit_of_a_server_storing_no_text_says_so(browser: Browser, tmp_path: Path) -> None:
+    with serving(tmp_path, "--no-audit-messages") as running:
+        with contextshift.Client(running.address) as client:
+            client.shift_context(json.loads(EXAMPLE.read_text(encoding="utf-8")), budget=300, chat_id="bare")
+        context = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
+        try:
+            opened = context.new_page()
+            opened.goto(running.http_url + "/")
+            opened.fill("#chat-id", "bare")
+            opened.click("#audit")
+            opened.wait_for_selector("#blocks tbody tr")
+            texts = {text for _, text in audit_texts(opened).values()}
+            assert texts == {"(text not stored: an audit keeps the text of the blocks it sent)"}
+            assert "stores no message text in audits (audit_messages = false)" in (
+                opened.text_content("#notes") or ""
+            )
+        finally:
+            context.close()
+
+
+def test_the_header_does_not_say_nothing_is_stored(page: Page) -> None:
+    header = " ".join((page.text_content("header") or "").split())
+    assert "Nothing is stored" not in header
+    assert "A preview writes nothing; a chat's last audit is read from the server's store." in header
+
+
+def test_choosing_the_same_file_again_reads_it_again(page: Page, tmp_path: Path) -> None:
+    chosen = tmp_path / "chat.json"
+    chosen.write_text('[{"role": "user", "content": "first"}]')
+    page.set_input_files("#file", str(chosen))
+    page.wait_for_function("document.getElementById('conversation').value.includes('first')")
+    chosen.write_text('[{"role": "user", "content": "second"}]')  # edited, chosen again
+    page.set_input_files("#file", str(chosen))
+    page.wait_for_function("document.getElementById('conversation').value.includes('second')")
+
+
+def test_a_narrow_window_never_scrolls_sideways(browser: Browser, server: ServerProcess) -> None:
+    context = browser.new_context(viewport={"width": 420, "height": 900}, bypass_csp=True)
+    try:
+        opened = context.new_page()
+        opened.goto(server.http_url + "/")
+        preview_the_example(opened)
+        width = opened.evaluate("document.documentElement.scrollWidth")
+        assert width <= 420, width
+        # The table scrolls in its own box instead.
+        box = opened.evaluate(
+            "(() => { const b = document.querySelector('.table-scroll'); return [b.clientWidth, b.scrollWidth]; })()"
+        )
+        assert box[0] <= 420 and box[1] >= box[0], box
+        ARTIFACTS.mkdir(exist_ok=True)
+        opened.screenshot(path=str(ARTIFACTS / "preview-page-420px.png"), full_page=True)
+    finally:
+        context.close()

@@ -369,22 +369,27 @@ def test_many_clients_over_two_processes_leave_one_whole_audit_per_chat_or_none(
         store.close()
 
 
-def test_the_default_store_is_made_in_the_working_directory_and_outlives_the_server(tmp_path: Path) -> None:
-    workdir = tmp_path / "workdir"
+@pytest.mark.parametrize("xdg", [True, False], ids=["XDG_DATA_HOME", "HOME"])
+def test_the_default_store_is_made_in_the_data_directory_and_outlives_the_server(
+    tmp_path: Path, xdg: bool
+) -> None:
+    workdir, home = tmp_path / "workdir", tmp_path / "home"
     workdir.mkdir()
-    database = workdir / "contextshift.db"
-    assert not database.exists()
     # No --store and no CONTEXTSHIFT_STORE (start_server passes no CONTEXTSHIFT_ variable).
+    env = {"HOME": str(home), "XDG_DATA_HOME": str(tmp_path / "data") if xdg else ""}
+    data = tmp_path / "data" if xdg else home / ".local" / "share"
+    database = data / "contextshift" / "contextshift.db"
     with (
-        serving(tmp_path, default_store=True, cwd=workdir) as first,
+        serving(tmp_path, default_store=True, cwd=workdir, env=env) as first,
         grpc.insecure_channel(first.address) as channel,
     ):
         assert database.is_file()  # created on first use, before the server serves
         stub(channel).ShiftContext(shift_request("default-store", "d1"), timeout=10)
+    assert list(workdir.iterdir()) == []  # nothing left in the folder it was started from
     (ready,) = [line for line in first.log_lines() if line["msg"] == "store ready"]
-    assert ready["store"].startswith("sqlite contextshift.db")
+    assert ready["store"].startswith(f"sqlite {database}")
     with (
-        serving(tmp_path, default_store=True, cwd=workdir) as second,
+        serving(tmp_path, default_store=True, cwd=workdir, env=env) as second,
         grpc.insecure_channel(second.address) as channel,
     ):
         audit = (

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contextshift.audit import DEFAULT_URL as DEFAULT_STORE
+from contextshift import audit
 from contextshift.summarizer.llm import url_problem
 
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
@@ -26,10 +26,23 @@ class Setting:
     env: str
     help: str
     minimum: float | None = None
+    # What the default is, where it is computed when the settings are read (default None).
+    computed_default: str = ""
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    @property
+    def default_text(self) -> str:
+        """The default as `serve --help` and the README show it."""
+        if self.computed_default:
+            return self.computed_default
+        if self.default is None:
+            return "none"
+        if self.kind is bool:
+            return "on" if self.default else "off"
+        return str(self.default)
 
 
 SETTINGS = [
@@ -66,6 +79,15 @@ SETTINGS = [
         "CONTEXTSHIFT_MAX_REQUEST_BYTES",
         "largest request message or HTTP body; larger get RESOURCE_EXHAUSTED (HTTP 413)",
         1024,
+    ),
+    Setting(
+        "http_header_timeout_seconds",
+        float,
+        5.0,
+        "CONTEXTSHIFT_HTTP_HEADER_TIMEOUT_SECONDS",
+        "an HTTP connection whose request headers have not all arrived this long after it opened "
+        "(or after its last answer) is closed, with a 408 when a request had begun",
+        0.001,
     ),
     Setting(
         "engine_threads", int, 4, "CONTEXTSHIFT_ENGINE_THREADS", "threads per process running the engine", 1
@@ -146,11 +168,12 @@ SETTINGS = [
     Setting(
         "store",
         str,
-        DEFAULT_STORE,
+        None,
         "CONTEXTSHIFT_STORE",
         "the store of audits, generations, calibrations, chat history and model configurations: "
-        "sqlite:///<path> (one machine; ?synchronous=full for durability against power loss) or "
-        "postgresql://user:password@host:port/database (replicas)",
+        "a SQLite file, as its path or sqlite:///<path> (one machine; ?synchronous=full for "
+        "durability against power loss), or postgresql://user:password@host:port/database (replicas)",
+        computed_default="$XDG_DATA_HOME/contextshift/contextshift.db (XDG_DATA_HOME: ~/.local/share)",
     ),
     Setting(
         "audit_messages",
@@ -269,6 +292,7 @@ class ServerConfig:
     workers: int
     max_concurrent_rpcs: int
     max_request_bytes: int
+    http_header_timeout_seconds: float
     engine_threads: int
     inline_request_bytes: int
     drain_seconds: float
@@ -304,14 +328,21 @@ class ConfigError(ValueError):
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; unset flags stay None so the environment and file can apply."""
-    parser.add_argument("--config", type=Path, help=f"TOML file with settings (env {CONFIG_ENV})")
+    parser.add_argument(
+        "--config", type=Path, help=f"TOML file with settings (default: none; env {CONFIG_ENV})"
+    )
     for s in SETTINGS:
         if s.kind is bool:
             parser.add_argument(
-                s.flag, action=argparse.BooleanOptionalAction, default=None, help=f"{s.help} (env {s.env})"
+                s.flag, action=argparse.BooleanOptionalAction, default=None, help=_flag_help(s)
             )
         else:
-            parser.add_argument(s.flag, default=None, help=f"{s.help} (env {s.env})")
+            parser.add_argument(s.flag, default=None, help=_flag_help(s))
+
+
+def _flag_help(setting: Setting) -> str:
+    # argparse expands % in help texts.
+    return f"{setting.help} (default {setting.default_text}; env {setting.env})".replace("%", "%%")
 
 
 def _convert(setting: Setting, value: Any, source: str) -> Any:
@@ -362,6 +393,8 @@ def load(
             values[s.name] = _convert(s, file_values[s.name], f"{path}: {s.name}")
         else:
             values[s.name] = s.default
+    if values["store"] is None:
+        values["store"] = audit.default_url(env)
     _check_compaction(values)
     settings = ServerConfig(**values)
     if (settings.tls_cert is None) != (settings.tls_key is None):

@@ -23,9 +23,11 @@ from google.protobuf.message import DecodeError
 import contextshift
 from contextshift import calibration, engine, profile_bench
 from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2
-from contextshift.api import history, provider_messages
-from contextshift.api.errors import RequestError, invalid
+from contextshift.api import history, provider_messages, rules
+from contextshift.api.errors import RequestError, invalid, undecodable
+from contextshift.api.rules import id_violations
 from contextshift.audit.store import ModelConfig, Role, StoredBlock
+from contextshift.budget import Budget, Window, resolve_window
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.diagnostics import CompactionUsage
 from contextshift.errors import FieldViolation, InvalidInput, InvalidOptions, InvalidTools
@@ -33,9 +35,6 @@ from contextshift.options import COMMON, OptionSpec
 from contextshift.profiles import Resolution, resolve_request
 from contextshift.shift import ShiftResult
 from contextshift.strategies import DEFAULT_STRATEGY, StrategyInfo, list_strategies, strategy_named
-
-DEFAULT_CONTEXT_LIMIT = 128_000
-DEFAULT_RESPONSE_RESERVE = 64_000
 
 ShiftRequest = context_service_pb2.ShiftContextRequest | context_service_pb2.PreviewContextRequest
 # One of the two: what a shift was asked with is what it hands back.
@@ -59,21 +58,11 @@ _KINDS = {
 _OUTPUT_FORMATS = frozenset(context_service_pb2.OutputFormat.values())  # values() builds a list per call
 
 
-MAX_ID_BYTES = 256
 ROLES = {
     context_service_pb2.MODEL_ROLE_UNSPECIFIED: Role.NONE,
     context_service_pb2.MODEL_ROLE_MAIN: Role.MAIN,
     context_service_pb2.MODEL_ROLE_FAST: Role.FAST,
 }
-
-
-@dataclass(frozen=True)
-class BudgetDefaults:
-    """Where a request gives no window or reserve (DESIGN.md §5): after the request and the stored
-    model configuration, before the model registry and the built-in defaults."""
-
-    context_size: int | None  # LLM_CONTEXT_SIZE
-    max_output_tokens: int | None  # LLM_MAX_OUTPUT_TOKENS
 
 
 class StoreView(calibration.CalibrationSource, Protocol):
@@ -115,18 +104,6 @@ class NoStore:
 
 
 NO_STORE = NoStore()
-
-
-def id_violations(field: str, value: str, *, required: bool = True) -> list[FieldViolation]:
-    """A chat, generation or model id: at most 256 bytes of UTF-8, no control characters."""
-    if not value:
-        return [FieldViolation(field, "required")] if required else []
-    size = len(value.encode())
-    if size > MAX_ID_BYTES:
-        return [FieldViolation(field, f"at most {MAX_ID_BYTES} bytes, got {size}")]
-    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in value):
-        return [FieldViolation(field, "must not contain control characters")]
-    return []
 
 
 def role_of(value: context_service_pb2.ModelRole.ValueType, field: str) -> Role:
@@ -173,7 +150,7 @@ def _part(part: block_pb2.Part, at: str) -> dict[str, Any]:
             "tool_use_id": part.tool_result.tool_call_id,
             "content": part.tool_result.content,
         }
-    raise invalid(at, "empty part: set text, image or tool_result")
+    raise invalid(at, rules.ONEOF_REQUIRED[block_pb2.Part.DESCRIPTOR.full_name][1])
 
 
 def block_dict(block: block_pb2.Block, at: str) -> dict[str, Any]:
@@ -266,35 +243,23 @@ def _options(struct: struct_pb2.Struct, strategy: StrategyInfo) -> dict[str, Any
     return options
 
 
-def _first(*values: int | None) -> int:
-    return next(v for v in values if v is not None)
-
-
 def _budget(
-    request: ShiftRequest, resolution: Resolution, defaults: BudgetDefaults, config: ModelConfig | None
-) -> contextshift.Budget:
-    """DESIGN.md §5, first match wins: the request, the stored model configuration, LLM_CONTEXT_SIZE
-    / LLM_MAX_OUTPUT_TOKENS, the model registry, 128000 / 64000 (and a system reserve of 0)."""
-    context_limit = _first(
-        request.context_limit if request.HasField("context_limit") else None,
-        config.context_size if config else None,
-        defaults.context_size,
-        resolution.context_window,
-        DEFAULT_CONTEXT_LIMIT,
+    request: ShiftRequest, resolution: Resolution, defaults: Budget, config: ModelConfig | None
+) -> Window:
+    """The request's window (`budget.resolve_window`): what it gives, then the model's stored
+    configuration, the server's `defaults` (its settings, LLM_CONTEXT_SIZE / LLM_MAX_OUTPUT_TOKENS),
+    the model registry, the built-in defaults."""
+    given = Budget(
+        *(
+            getattr(request, name) if request.HasField(name) else None
+            for name in ("context_limit", "response_reserve", "system_reserve")
+        )
     )
-    response_reserve = _first(
-        request.response_reserve if request.HasField("response_reserve") else None,
-        config.max_output_tokens if config else None,
-        defaults.max_output_tokens,
-        resolution.max_output,
-        DEFAULT_RESPONSE_RESERVE,
+    stored = (
+        Budget(config.context_size, config.max_output_tokens, config.system_reserve) if config else Budget()
     )
-    system_reserve = _first(
-        request.system_reserve if request.HasField("system_reserve") else None,
-        config.system_reserve if config else None,
-        0,
-    )
-    return contextshift.Budget(context_limit, response_reserve, system_reserve)
+    registry = Budget(resolution.context_window, resolution.max_output)
+    return resolve_window(given, stored, defaults, registry)
 
 
 @dataclass(frozen=True)
@@ -404,7 +369,7 @@ class EncodedPlan:
 
 def encode_plan(
     result: ShiftResult,
-    budget: contextshift.Budget,
+    budget: Window,
     warnings: Sequence[str],
     output_format: context_service_pb2.OutputFormat.ValueType,
 ) -> EncodedPlan:
@@ -483,21 +448,20 @@ def read_shift_request(message: bytes, request_type: type[R]) -> tuple[R, bytes]
         rest, blocks_json = engine.split_message_field(message, request_type.BLOCKS_JSON_FIELD_NUMBER)
         return request_type.FromString(rest), blocks_json or b""
     except (ValueError, DecodeError) as e:
-        raise invalid("request", f"not an encoded {request_type.DESCRIPTOR.full_name}: {e}") from e
+        raise undecodable(request_type.DESCRIPTOR.full_name, message) from e
 
 
-def shift(
-    request: R, blocks_json: bytes, defaults: BudgetDefaults, store: StoreView = NO_STORE
-) -> Shifted[R]:
+def shift(request: R, blocks_json: bytes, defaults: Budget, store: StoreView = NO_STORE) -> Shifted[R]:
     """Run the shift a ShiftContext or PreviewContext request asks for (as `read_shift_request`
     gives it), with what `store` holds for it."""
     start, read_before = time.perf_counter(), store.read_seconds
-    if request.blocks and blocks_json:
+    if request.blocks and blocks_json:  # `request` comes without its blocks_json (read_shift_request)
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in _OUTPUT_FORMATS:
         raise invalid("output_format", f"unknown value {request.output_format}")
-    if request.use_stored_history and not request.chat_id:
-        raise invalid("use_stored_history", "needs chat_id: the chat whose stored history to use")
+    violations = rules.violations(request)
+    if violations:
+        raise InvalidInput(violations)
     model = resolve_model(request.profile, request.model, request.model_role, store)
     resolution: Resolution = model.resolution
     budget = _budget(request, resolution, defaults, model.config)
@@ -512,14 +476,17 @@ def shift(
     try:
         result = contextshift.shift_context(
             blocks,
-            budget=budget,
+            budget=budget.as_budget(),
             profile=resolution.profile,
             strategy=strategy.name,
             options=_options(request.options, strategy) if request.HasField("options") else None,
             model=resolution.model,  # the calibration key of an approximate profile
             calibration_source=store,
             known_tokens=joined.known_tokens if joined else None,
-            previous=store.previous_prompt(request.chat_id) if request.chat_id else None,
+            # A chat's shifts are cache-stable from its first (an empty previous prompt).
+            previous=(store.previous_prompt(request.chat_id) or PreviousPrompt())
+            if request.chat_id
+            else None,
             tools=request.tools_json or None,
         )
     except InvalidTools as e:
@@ -549,7 +516,9 @@ def count(
         elif which == "block":
             items.append(block_dict(item.block, f"items[{i}].block"))
         else:
-            raise invalid(f"items[{i}]", "empty item: set text or block")
+            raise invalid(
+                f"items[{i}]", rules.ONEOF_REQUIRED[context_service_pb2.CountItem.DESCRIPTOR.full_name][1]
+            )
     try:
         counts = contextshift.count_tokens(items, resolution.profile, model=resolution.model)
     except InvalidInput as e:

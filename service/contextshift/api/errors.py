@@ -10,6 +10,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from contextshift import engine
 from contextshift.audit.store import (
     AlreadyFinished,
     GenerationIdInUse,
@@ -54,6 +55,17 @@ def invalid(field: str, description: str) -> RequestError:
     return RequestError(
         grpc.StatusCode.INVALID_ARGUMENT, f"{field}: {description}", [FieldViolation(field, description)]
     )
+
+
+def undecodable(message_name: str, data: bytes) -> RequestError:
+    """INVALID_ARGUMENT for request bytes that are not an encoded `message_name`, with the byte
+    offset of the first malformed top-level field when the framing is what is wrong (a bad string
+    or embedded message inside well-framed fields has no offset to give)."""
+    problem = engine.wire_problem(data) or (
+        "its fields are framed well, but one holds a value of the wrong wire type, a string that is "
+        "not UTF-8, or a malformed embedded message"
+    )
+    return invalid("request", f"not an encoded {message_name}: {problem}")
 
 
 def _pack(message: error_details_pb2.ErrorInfo | error_details_pb2.BadRequest) -> any_pb2.Any:

@@ -3,8 +3,9 @@ the gRPC server's event loop (see `server`), so both surfaces run the same engin
 keys and metrics.
 
 A request body is the RPC's request message in the protobuf JSON mapping (lowerCamelCase or the
-.proto's snake_case names, int64 as a number or a string), and `blocksJson` may also be the JSON
-array itself rather than its text. The answer is the RPC's response message in the same mapping.
+.proto's snake_case names, int64 as a number or a string), and `blocksJson` and `toolsJson` may
+also be the JSON array itself rather than its text. Every body is checked against the OpenAPI
+document's schema of its message before it is read, so the document says what is refused. The answer is the RPC's response message in the same mapping.
 Errors are `{"error": {...}}` in the shape of google.rpc.Status over HTTP (AIP-193: `code` the HTTP
 status, `status` the gRPC code name, `message`, `details`), plus `reason`, `protected_tokens`,
 `budget` and `tools_tokens` of an ErrorInfo and the `field_violations` of a BadRequest, flattened.
@@ -26,6 +27,7 @@ from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
@@ -36,7 +38,9 @@ from contextshift.api import metrics, openapi
 from contextshift.api.auth import ApiKeys, authenticate
 from contextshift.api.errors import STORE_FULL, RequestError, invalid
 from contextshift.api.interceptors import begin_call_stats, end_call, error_status
+from contextshift.api.openapi import JSON_TEXT_FIELDS, RequestValidator
 from contextshift.api.servicer import ENCODED_METHODS, Context, ContextShiftServicer
+from contextshift.errors import InvalidInput
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextShiftService"]
 # The preview page: plain files in the package, no build step; it loads nothing from elsewhere.
@@ -216,8 +220,32 @@ _PARSE_FIELD = re.compile(r"Failed to parse (\w+) field")
 _UNKNOWN_FIELD = re.compile(r'no field named "([^"]+)"')
 
 
-def read_message(body: bytes, message: Message) -> None:
-    """Fills `message` from a JSON body in the protobuf JSON mapping (see the module's doc)."""
+def json_names(payload: Any, descriptor: Any) -> Any:
+    """`payload` with the .proto's field names (`chat_id`) as the JSON mapping's (`chatId`), in
+    this message and the messages in it: the mapping reads both, the document lists the second."""
+    if not isinstance(payload, dict) or descriptor.full_name.startswith("google.protobuf."):
+        return payload
+    out: dict[str, Any] = {}
+    for key, value in payload.items():
+        field = descriptor.fields_by_name.get(key) or descriptor.fields_by_camelcase_name.get(key)
+        name = field.json_name if field is not None and field.json_name not in payload else key
+        if (
+            field is not None
+            and field.message_type is not None
+            and not field.message_type.GetOptions().map_entry
+        ):
+            value = (
+                [json_names(v, field.message_type) for v in value]
+                if isinstance(value, list)
+                else json_names(value, field.message_type)
+            )
+        out[name] = value
+    return out
+
+
+def read_message(body: bytes, message: Message, validator: RequestValidator, rpc: str) -> None:
+    """Fills `message` from a JSON body in the protobuf JSON mapping (see the module's doc), first
+    checked against the OpenAPI document's schema of the message (`openapi.RequestValidator`)."""
     try:
         payload = json.loads(body)
     except ValueError as e:
@@ -228,12 +256,17 @@ def read_message(body: bytes, message: Message) -> None:
             f"expected a JSON object (a {message.DESCRIPTOR.full_name} in the protobuf JSON mapping), "
             f"got {type(payload).__name__}",
         )
-    for key in ("blocksJson", "blocks_json"):
-        if isinstance(payload.get(key), list):
-            payload[key] = json.dumps(payload[key], ensure_ascii=False)
+    payload = json_names(payload, message.DESCRIPTOR)
+    violations = validator.violations(rpc, payload)
+    if violations:
+        raise InvalidInput(violations)
+    for name in JSON_TEXT_FIELDS:
+        field = message.DESCRIPTOR.fields_by_name.get(name)
+        if field is not None and isinstance(payload.get(field.json_name), list):
+            payload[field.json_name] = json.dumps(payload[field.json_name], ensure_ascii=False)
     try:
         json_format.ParseDict(payload, message)
-    except json_format.ParseError as e:
+    except (json_format.ParseError, ValueError) as e:  # ValueError: a string the message cannot hold
         text = str(e).splitlines()[0]  # the rest lists every field of the message
         path = _PARSE_FIELD.findall(text)
         unknown = _UNKNOWN_FIELD.search(text)
@@ -282,6 +315,36 @@ def error_json(status: grpc.Status, http_status: int) -> dict[str, Any]:
     return {"error": error}
 
 
+def _dispatch(
+    handlers: dict[str, Callable[[Request], Awaitable[Response]]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of a path served with several methods (HEAD as GET)."""
+
+    async def endpoint(request: Request) -> Response:
+        return await handlers["GET" if request.method == "HEAD" else request.method](request)
+
+    return endpoint
+
+
+# Routing errors (no such path, a method the path does not take) as google.rpc.Status JSON, like
+# every other error of this surface.
+_ROUTING_CODES = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED}
+
+
+async def _routing_error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    headers = dict(error.headers or {})
+    if error.status_code == 404:
+        message = f"no route {request.url.path} (the routes: /openapi.json)"
+    elif error.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}: allowed {headers.get('Allow', '')}"
+    else:
+        message = str(error.detail)
+    code = _ROUTING_CODES.get(error.status_code, grpc.StatusCode.UNKNOWN)
+    body = {"error": {"code": error.status_code, "status": code.name, "message": message, "details": []}}
+    return JSONResponse(body, status_code=error.status_code, headers=headers)
+
+
 class HttpApi:
     """The routes of one worker process."""
 
@@ -298,11 +361,16 @@ class HttpApi:
         self._max_request_bytes = max_request_bytes
         self._max_concurrent_calls = max_concurrent_calls
         self._in_flight = 0
+        self._validator = RequestValidator(OPERATIONS)
         self.ready = True  # False from the start of a drain: /readyz answers 503
 
     def app(self) -> Starlette:
+        # One route per path with all its methods: a 405 then lists every method the path takes.
+        by_path: dict[str, dict[str, Callable[[Request], Awaitable[Response]]]] = {}
+        for op in OPERATIONS:
+            by_path.setdefault(op.path, {})[op.http_method] = self._handler(op)
         routes: list[BaseRoute] = [
-            Route(op.path, self._handler(op), methods=[op.http_method], name=op.rpc) for op in OPERATIONS
+            Route(path, _dispatch(handlers), methods=list(handlers)) for path, handlers in by_path.items()
         ]
         routes += [
             Route("/healthz", self._healthz, methods=["GET"]),
@@ -312,7 +380,7 @@ class HttpApi:
             Route("/", self._page, methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
-        return Starlette(routes=routes)
+        return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
 
     async def _body(self, request: Request) -> bytes:
         limit = self._max_request_bytes
@@ -339,7 +407,7 @@ class HttpApi:
         async def call(request: Request) -> Response:
             message = request_type()
             if op.body:
-                read_message(await self._body(request), message)
+                read_message(await self._body(request), message, self._validator, op.rpc)
             if op.path_field is not None:
                 setattr(message, op.path_field, request.path_params["id"])
             context = cast(Context, HttpContext())

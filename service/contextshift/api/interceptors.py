@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
+from google.protobuf import descriptor_pool
 from grpc import aio
 
 from contextshift.api import metrics
 from contextshift.api.auth import ApiKeys, authenticate, current_tenant
-from contextshift.api.errors import internal, status_for
+from contextshift.api.errors import internal, status_for, undecodable
 from contextshift.errors import TokenBudgetExceeded
 
 log = logging.getLogger("contextshift.api")
@@ -111,6 +112,21 @@ def _authorization(context: aio.ServicerContext[Any, Any]) -> str | None:
     return None
 
 
+def _decoded(method: str, data: bytes, deserializer: Callable[[bytes], Any]) -> Any:
+    """The request message of `method` (`/package.Service/Method`) from its bytes; INVALID_ARGUMENT
+    naming the message (and where possible the byte offset) when they are not one."""
+    try:
+        return deserializer(data)
+    except Exception as e:  # DecodeError, or what another service's deserializer raises
+        service, _, name = method.strip("/").partition("/")
+        try:
+            found = descriptor_pool.Default().FindServiceByName(service).FindMethodByName(name)
+            message = found.input_type.full_name
+        except KeyError:
+            message = f"request of {method}"
+        raise undecodable(message, data) from e
+
+
 Behavior = Callable[[Any, aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
@@ -136,15 +152,17 @@ class ErrorsAndLogging(aio.ServerInterceptor):
         # Streaming calls (health Watch, reflection) pass through untouched.
         if handler is None or handler.unary_unary is None:
             return handler
+        # The request is decoded inside the wrapper, not by gRPC: bytes that are not the method's
+        # request message are then INVALID_ARGUMENT, logged and counted like any other error,
+        # where a failing deserializer would answer UNKNOWN with no log line.
         wrapped = grpc.unary_unary_rpc_method_handler(
-            self._wrap(method, cast(Behavior, handler.unary_unary)),  # aio handlers are coroutines
-            request_deserializer=handler.request_deserializer,
+            self._wrap(method, cast(Behavior, handler.unary_unary), handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
         self._wrapped[method] = wrapped
         return wrapped
 
-    def _wrap(self, method: str, behavior: Behavior) -> Behavior:
+    def _wrap(self, method: str, behavior: Behavior, deserializer: Callable[[bytes], Any] | None) -> Behavior:
         needs_key = not method.startswith(PUBLIC_SERVICES)
 
         async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
@@ -154,6 +172,8 @@ class ErrorsAndLogging(aio.ServerInterceptor):
             try:
                 if needs_key:
                     authenticate(self._keys, _authorization(context))
+                if deserializer is not None:
+                    request = _decoded(method, request, deserializer)
                 return await behavior(request, context)
             except asyncio.CancelledError:
                 # The client cancelled, or its deadline passed. The client's stream reset can

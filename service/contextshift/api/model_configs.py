@@ -1,5 +1,5 @@
 """Model configurations: checked, converted to and from the proto, loaded from the TOML file named
-by `model_config_file`, and looked up for a request (DESIGN.md §5).
+by `model_config_file`, and looked up for a request (docs/design.md §5).
 
 The file has one table per model:
 
@@ -21,16 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.convert import ROLES, id_violations, role_of, timestamp
+from contextshift.api import rules
+from contextshift.api.convert import ROLES, role_of, timestamp
 from contextshift.audit.store import ModelConfig, Role, Store
-from contextshift.budget import MAX_TOKENS
 from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.profiles import resolve
 
 SERVER_WIDE_TENANT = ""
 
 _ROLE_VALUES = {role: value for value, role in ROLES.items()}
-_FIGURES = {"context_size": 1, "max_output_tokens": 0, "system_reserve": 0}  # name: minimum
+# The figures and their ranges (the same rules as the API's, `rules.RULES`).
+_FIGURES = {
+    name: rule
+    for name, rule in rules.RULES[pb.ModelConfig.DESCRIPTOR.full_name].items()
+    if rule.minimum is not None
+}
 _FILE_KEYS = {"role", "profile", *_FIGURES}
 
 
@@ -40,13 +45,12 @@ class ModelConfigFileError(ValueError):
 
 def check(config: ModelConfig, prefix: str) -> list[FieldViolation]:
     """What is wrong with a configuration; fields are named `<prefix>.<field>`."""
-    found = id_violations(f"{prefix}.model", config.model)
-    for name, minimum in _FIGURES.items():
+    found = rules.id_violations(f"{prefix}.model", config.model)
+    for name, rule in _FIGURES.items():
         value = getattr(config, name)
-        if value is not None and not minimum <= value <= MAX_TOKENS:
-            found.append(
-                FieldViolation(f"{prefix}.{name}", f"must be between {minimum} and {MAX_TOKENS}, got {value}")
-            )
+        problem = None if value is None else rules.range_problem(rule, value)
+        if problem:
+            found.append(FieldViolation(f"{prefix}.{name}", problem))
     if config.profile:
         try:
             resolve(config.profile)

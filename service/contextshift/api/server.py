@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import json
 import logging
 import math
 import os
@@ -37,24 +38,29 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
+import h11
 import uvicorn
+from google.protobuf import descriptor_pool
+from google.protobuf.descriptor import FileDescriptor
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from starlette.applications import Starlette
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.api import metrics, model_configs, tls
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ServerConfig
-from contextshift.api.convert import BudgetDefaults
 from contextshift.api.http import HttpApi
 from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
 from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
 from contextshift.audit import open_store, redacted
 from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
+from contextshift.budget import Budget
 from contextshift.options import Secret
 from contextshift.summarizer import llm
 
@@ -76,6 +82,29 @@ def setup_logging(level: str) -> None:
     logger.propagate = False
 
 
+class MethodResolvingPool:
+    """The default descriptor pool as server reflection reads it, where `file_containing_symbol`
+    also finds a method by its full name (`contextshift.v1.ContextShiftService.ShiftContext`), as
+    the reflection protocol allows and clients such as ghz ask; the pool itself knows only
+    messages, enums, services and fields by name."""
+
+    def __init__(self) -> None:
+        self._pool = descriptor_pool.Default()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:
+        try:
+            return self._pool.FindFileContainingSymbol(symbol)
+        except KeyError:
+            service_name, _, method = symbol.rpartition(".")
+            service = self._pool.FindServiceByName(service_name)  # KeyError: NOT_FOUND
+            if method not in service.methods_by_name:
+                raise
+            return service.file
+
+
 @dataclass(frozen=True)
 class Security:
     """The API keys and TLS material every worker serves with, read once before the workers start."""
@@ -89,12 +118,83 @@ class Security:
         return cls(load_keys(config.api_keys_file, config.api_keys), tls.load(config))
 
 
+class HeaderTimeoutH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol (h11), closing a connection whose request headers have not all
+    arrived `header_timeout` seconds after it opened or after its last answer: uvicorn itself has
+    no such limit (a header that never ends held a connection for as long as the client liked).
+    A request begun and not finished gets a 408 with a google.rpc.Status body first; an idle
+    connection is closed without a word, as a keep-alive timeout closes it."""
+
+    header_timeout = 5.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]  # uvicorn narrows it
+        self._await_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the headers are in: a request is under way
+            self._stop_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self._await_headers()  # the next request's
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def _await_headers(self) -> None:
+        self._stop_header_timer()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_timed_out)
+
+    def _stop_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_timed_out(self) -> None:
+        self._header_timer = None
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.trailing_data[0]:  # part of a request came
+            message = f"the request's headers did not arrive within {self.header_timeout:g} s"
+            body = json.dumps(
+                {"error": {"code": 408, "status": "DEADLINE_EXCEEDED", "message": message, "details": []}}
+            ).encode()
+            head = (
+                "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+            )
+            self.transport.write(head.encode() + body)
+        self.transport.close()
+
+
+def header_timeout_protocol(seconds: float) -> type[HeaderTimeoutH11]:
+    """`HeaderTimeoutH11` with this server's header timeout (uvicorn makes the protocol itself)."""
+    return type("HeaderTimeoutH11", (HeaderTimeoutH11,), {"header_timeout": seconds})
+
+
 class _Uvicorn(uvicorn.Server):
     """uvicorn without signal handlers of its own: the gRPC server's stop stops it."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class BindError(Exception):
+    """A port the server cannot listen on, named with its setting."""
+
+    def __init__(self, setting: str, host: str, port: int, why: str) -> None:
+        super().__init__(f"cannot listen on {host}:{port} ({setting} {port}): {why}")
+        self.fields = {"setting": setting, "host": host, "port": port, "error": str(self)}
+
+
+def _bind_error(setting: str, host: str, port: int, error: OSError) -> BindError:
+    return BindError(setting, host, port, error.strerror or str(error))
 
 
 def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -105,9 +205,9 @@ def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        raise _bind_error("http_port", host, port, e) from None
     sock.listen(1024)
     sock.setblocking(False)
     return sock
@@ -230,7 +330,7 @@ async def _start_http(
     http = _Uvicorn(
         uvicorn.Config(
             app,
-            http="h11",
+            http=header_timeout_protocol(config.http_header_timeout_seconds),
             ws="none",
             lifespan="off",
             log_config=None,
@@ -281,7 +381,7 @@ async def start(
     )
     metrics.watch_store(store, max_bytes=config.max_store_bytes)
     await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
-    defaults = BudgetDefaults(config.context_size, config.max_output_tokens)
+    defaults = Budget(config.context_size, config.max_output_tokens)
     servicer = ContextShiftServicer(
         executor,
         defaults,
@@ -299,7 +399,11 @@ async def start(
         services.append(ECHO_SERVICE)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection([*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    reflection.enable_server_reflection(
+        [*services, health.SERVICE_NAME, reflection.SERVICE_NAME],
+        server,
+        pool=cast(descriptor_pool.DescriptorPool, MethodResolvingPool()),  # the methods it calls
+    )
 
     api = HttpApi(
         servicer,
@@ -310,10 +414,14 @@ async def start(
     app = api.app()
 
     address = f"{config.host}:{port}"
-    if security.tls is None:
-        bound = server.add_insecure_port(address)
-    else:
-        bound = server.add_secure_port(address, security.tls.grpc_credentials())
+    try:
+        if security.tls is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, security.tls.grpc_credentials())
+    except RuntimeError:  # grpc says only "Failed to bind to address"
+        http_sock.close()
+        raise BindError("port", config.host, port, "in use, or not an address of this machine") from None
     await server.start()
     try:
         http, http_task = await _start_http(app, config, http_sock, security)
@@ -372,9 +480,8 @@ async def serve(config: ServerConfig, port: int, http_port: int, security: Secur
 def _serve_process(config: ServerConfig, port: int, http_port: int, security: Security) -> int:
     try:
         asyncio.run(serve(config, port, http_port, security))
-    except (RuntimeError, OSError) as e:  # grpc's "Failed to bind", or the HTTP port's bind
-        fields = {"host": config.host, "port": port, "http_port": http_port, "error": str(e)}
-        log.error("cannot serve", extra={"fields": fields})
+    except BindError as e:
+        log.error("cannot serve", extra={"fields": e.fields})
         return 1
     except StoreError as e:
         log.error(
@@ -418,20 +525,23 @@ def prepare_store(config: ServerConfig) -> int:
 
 
 @contextlib.contextmanager
-def _reserved_port(host: str, port: int) -> Iterator[int]:
+def _reserved_port(setting: str, host: str, port: int) -> Iterator[int]:
     """Hold host:port with SO_REUSEPORT while the workers run, so a port of 0 picks one port for
     all of them and another program without SO_REUSEPORT cannot take it meanwhile."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            raise _bind_error(setting, host, port, e) from None
         yield sock.getsockname()[1]
 
 
 def _run_workers(config: ServerConfig, security: Security) -> int:
     with (
-        _reserved_port(config.host, config.port) as port,
-        _reserved_port(config.host, config.http_port) as http_port,
+        _reserved_port("port", config.host, config.port) as port,
+        _reserved_port("http_port", config.host, config.http_port) as http_port,
     ):
         children: list[int] = []
         # The parent's objects, frozen, are never written by the workers' collections: their
@@ -489,5 +599,9 @@ def run(config: ServerConfig) -> int:
     security = Security.load(config)
     with _metrics_directory():
         if config.workers > 1:
-            return _run_workers(config, security)
+            try:
+                return _run_workers(config, security)
+            except BindError as e:
+                log.error("cannot serve", extra={"fields": e.fields})
+                return 1
         return _serve_process(config, config.port, config.http_port, security)

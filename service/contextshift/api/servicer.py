@@ -38,7 +38,7 @@ from grpc import aio
 from contextshift import engine, plugins, profiles
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import audits, convert, history, metrics, model_configs
+from contextshift.api import audits, convert, history, metrics, model_configs, rules
 from contextshift.api.auth import current_tenant
 from contextshift.api.errors import RequestError, invalid
 from contextshift.api.interceptors import call_stats
@@ -56,6 +56,7 @@ from contextshift.audit.store import (
     StoreUnavailable,
     now_ms,
 )
+from contextshift.budget import Budget
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.calibration import ALPHA, Calibration
 from contextshift.errors import FieldViolation, InvalidInput
@@ -108,36 +109,6 @@ def _calibration_message(calibration: Calibration | None) -> pb.Calibration | No
 def _checked(violations: Sequence[FieldViolation]) -> None:
     if violations:
         raise InvalidInput(violations)
-
-
-def _finish_violations(request: pb.FinishGenerationRequest) -> list[FieldViolation]:
-    found = convert.id_violations("generation_id", request.generation_id)
-    found += convert.id_violations("chat_id", request.chat_id, required=False)
-    if request.status not in _TERMINAL:
-        if request.status == pb.GENERATION_STATUS_UNSPECIFIED:
-            what = "not set"
-        elif request.status == pb.GENERATION_STATUS_PENDING:  # a known value, so say why it is refused
-            what = "PENDING is not a terminal status (a generation is PENDING until it is finished)"
-        else:
-            what = f"unknown value {request.status}"
-        found.append(FieldViolation("status", f"{what}: set COMPLETED, FAILED or CANCELLED"))
-    failed = request.status == pb.GENERATION_STATUS_FAILED
-    if request.error_code and not failed:  # deprecated, still honoured
-        found.append(FieldViolation("error_code", "only with status FAILED"))
-    if request.HasField("provider_error"):
-        if not failed:
-            found.append(FieldViolation("provider_error", "only with status FAILED"))
-        elif request.error_code:
-            found.append(
-                FieldViolation("error_code", "set provider_error or the deprecated error_code, not both")
-            )
-    if request.HasField("reported_prompt_tokens") and request.reported_prompt_tokens <= 0:
-        found.append(
-            FieldViolation(
-                "reported_prompt_tokens", f"must be > 0 when set, got {request.reported_prompt_tokens}"
-            )
-        )
-    return found
 
 
 def _error_code(request: pb.FinishGenerationRequest) -> ErrorCode | None:
@@ -255,7 +226,7 @@ class ContextShiftServicer:
     def __init__(
         self,
         executor: ThreadPoolExecutor,
-        defaults: convert.BudgetDefaults,
+        defaults: Budget,
         store: Store,
         *,
         inline_request_bytes: int = 0,
@@ -345,7 +316,7 @@ class ContextShiftServicer:
         """The request, its `blocks_json`, and the store as the caller's tenant sees it."""
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
         read, blocks_json = convert.read_shift_request(request, request_type)
-        _checked(convert.id_violations("chat_id", read.chat_id, required=False))
+        _checked(rules.id_violations("chat_id", read.chat_id, required=False))
         return read, blocks_json, TenantStore(self._store, self._tenant(context), self._caches)
 
     async def _shift_cached(
@@ -368,7 +339,7 @@ class ContextShiftServicer:
         audit); one without a chat shifts as PreviewContext does, then stores its generation on a
         thread when FinishGeneration can calibrate with it."""
         read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest, context)
-        _checked(convert.id_violations("generation_id", read.generation_id, required=False))
+        _checked(rules.id_violations("generation_id", read.generation_id, required=False))
         generation_id = read.generation_id or convert.uuid7()
         write = audits.AuditWrite()
         try:
@@ -478,7 +449,7 @@ class ContextShiftServicer:
     async def GetContextAudit(
         self, request: pb.GetContextAuditRequest, context: Context
     ) -> pb.GetContextAuditResponse:
-        _checked(convert.id_violations("chat_id", request.chat_id))
+        _checked(rules.violations(request))
         tenant = self._tenant(context)
 
         def read() -> pb.ContextAudit | None:
@@ -494,7 +465,7 @@ class ContextShiftServicer:
         self, request: pb.FinishGenerationRequest, context: Context
     ) -> pb.FinishGenerationResponse:
         """Moves the generation to its terminal status and feeds the calibration, in the store."""
-        _checked(_finish_violations(request))
+        _checked(rules.violations(request))  # ids, status, error_code / provider_error, tokens
         code = _error_code(request)
         report = Report(
             request.generation_id,
@@ -529,7 +500,7 @@ class ContextShiftServicer:
         return response
 
     async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
-        _checked(convert.id_violations("chat_id", request.chat_id))
+        _checked(rules.violations(request))
         tenant = self._tenant(context)
         deleted = await self._on_thread(functools.partial(self._store.delete_chat, tenant, request.chat_id))
         if deleted:
@@ -539,11 +510,7 @@ class ContextShiftServicer:
     async def AppendBlocks(
         self, request: pb.AppendBlocksRequest, context: Context
     ) -> pb.AppendBlocksResponse:
-        _checked(convert.id_violations("chat_id", request.chat_id))
-        if request.blocks and request.blocks_json:
-            raise invalid("blocks_json", "set either blocks or blocks_json, not both")
-        if not request.blocks and not request.blocks_json:
-            raise invalid("blocks", "nothing to append: set blocks or blocks_json")
+        _checked(rules.violations(request))
         store = TenantStore(self._store, self._tenant(context), self._caches)
 
         def append() -> pb.AppendBlocksResponse:
@@ -575,6 +542,7 @@ class ContextShiftServicer:
     async def SetModelConfig(
         self, request: pb.SetModelConfigRequest, context: Context
     ) -> pb.SetModelConfigResponse:
+        _checked(rules.violations(request) if not request.HasField("config") else [])
         config = model_configs.from_proto(request.config)
         _checked(model_configs.check(config, "config"))
         tenant = self._tenant(context)
@@ -588,7 +556,7 @@ class ContextShiftServicer:
         role = convert.role_of(request.role, "role")
         if bool(request.model) == (role is not Role.NONE):
             raise invalid("model", "set either model or role")
-        _checked(convert.id_violations("model", request.model, required=False))
+        _checked(rules.violations(request))
         tenant = self._tenant(context)
         found = await self._on_thread(
             functools.partial(self._store.get_model_config, tenant, request.model, role)
@@ -607,7 +575,7 @@ class ContextShiftServicer:
     async def DeleteModelConfig(
         self, request: pb.DeleteModelConfigRequest, context: Context
     ) -> pb.DeleteModelConfigResponse:
-        _checked(convert.id_violations("model", request.model))
+        _checked(rules.violations(request))
         tenant = self._tenant(context)
         deleted = await self._on_thread(
             functools.partial(self._store.delete_model_config, tenant, request.model)

@@ -1,24 +1,39 @@
 """The audit store: generations and their audits, calibrations, stored chat history, model
 configurations. One URL picks the backend:
 
-- `sqlite:///<path>` (`sqlite:///./contextshift.db` is the default; `sqlite:////abs/path.db` for an
-  absolute path), with optional `?synchronous=normal|full&busy_timeout_ms=5000`: embedded, created
-  on first use, shared by the worker processes of one machine (see `sqlite.py`);
+- `sqlite:///<path>` (`sqlite:////abs/path.db` for an absolute path), or the path alone, with
+  optional `?synchronous=normal|full&busy_timeout_ms=5000`: embedded, created on first use, shared by
+  the worker processes of one machine (see `sqlite.py`); the default is `default_url()`, in the
+  user's data directory;
 - `postgresql://user:password@host:port/database` (also `postgres://`, and any libpq parameters):
   shared by any number of replicas (see `postgres.py`).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl
 
 from contextshift.audit.store import Store, StoreConfigError
 
-DEFAULT_URL = "sqlite:///./contextshift.db"
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def default_url(env: Mapping[str, str] | None = None) -> str:
+    """The default store: a SQLite file in the user's data directory (`$XDG_DATA_HOME`, else
+    `~/.local/share`), `contextshift/contextshift.db`. Not the working directory: a server started
+    in a project's checkout would leave an untracked database there, and would find its chats,
+    audits and model configurations only when started from the same folder again."""
+    env = os.environ if env is None else env
+    data = env.get("XDG_DATA_HOME", "")
+    if not os.path.isabs(data):  # the XDG spec: a relative path is to be ignored
+        data = os.path.join(env.get("HOME") or str(Path.home()), ".local", "share")
+    return f"{SQLITE_PREFIX}{os.path.join(data, 'contextshift', 'contextshift.db')}"
 
 
 def redacted(url: str) -> str:
@@ -31,7 +46,10 @@ def open_store(
 ) -> Store:
     """The store `url` names, not connected yet (each process connects on first use), refusing new
     data past `max_bytes` of it and, for SQLite, with less than `reserve_bytes` free on its disk
-    (see `Store`). Raises StoreConfigError for an unknown scheme or a malformed URL."""
+    (see `Store`). Raises StoreConfigError for an unknown scheme or a malformed URL. A path without
+    a scheme (`contextshift.db`, `/var/lib/contextshift/store.db`) is a SQLite file."""
+    if not _SCHEME.match(url):
+        url = SQLITE_PREFIX + os.path.expanduser(url)
     if url.startswith(POSTGRES_PREFIXES):
         from contextshift.audit.postgres import PostgresStore  # psycopg loads only for PostgreSQL
 
@@ -42,7 +60,9 @@ def open_store(
 
         path, _, query = url.removeprefix(SQLITE_PREFIX).partition("?")
         if not path or path == ":memory:":
-            raise StoreConfigError(f"store URL {url!r}: name a database file, e.g. {DEFAULT_URL}")
+            raise StoreConfigError(
+                f"store URL {url!r}: name a database file, e.g. sqlite:///./contextshift.db"
+            )
         options = dict(parse_qsl(query, keep_blank_values=True))
         unknown = sorted(set(options) - {"synchronous", "busy_timeout_ms"})
         if unknown:
@@ -61,8 +81,8 @@ def open_store(
         )
     scheme = url.partition(":")[0] if ":" in url else url
     raise StoreConfigError(
-        f"store URL {redacted(url)!r}: unknown scheme {scheme!r}; use sqlite:///<path> or "
-        "postgresql://<host>/<database>"
+        f"store URL {redacted(url)!r}: unknown scheme {scheme!r}; use a file path, sqlite:///<path> "
+        "or postgresql://<host>/<database>"
     )
 
 

@@ -225,26 +225,75 @@ function renderPlan(blocks, plan) {
   $("result").hidden = false;
 }
 
+// A generation's status as a person reads it (the enum names look like errors).
+const STATUS_TEXT = {
+  GENERATION_STATUS_PENDING: "pending: sent to the provider, its outcome not reported yet",
+  GENERATION_STATUS_COMPLETED: "completed",
+  GENERATION_STATUS_FAILED: "failed",
+  GENERATION_STATUS_CANCELLED: "cancelled",
+};
+
+function statusText(audit) {
+  const status = STATUS_TEXT[audit.status] || String(audit.status || "unknown").toLowerCase();
+  const code = audit.providerErrorCode;
+  if (!code || code === "PROVIDER_ERROR_CODE_UNSPECIFIED") return status;
+  const reason = code.replace("PROVIDER_ERROR_CODE_", "").toLowerCase().replaceAll("_", " ");
+  return `${status} (${reason})`;
+}
+
+// What the audit stored of the prompt it sent: the kept blocks as the caller sent them, one message
+// each (output format INPUT), or the provider's messages, which need not match the blocks one to one.
+function storedMessages(audit) {
+  const plan = audit.plan || {};
+  if (audit.messagesOmitted || !plan.messages) return { omitted: true, format: "", messages: [] };
+  let messages = [];
+  try {
+    messages = JSON.parse(plan.messages.messagesJson || "[]");
+  } catch {
+    messages = [];
+  }
+  const format = plan.messages.format || "OUTPUT_FORMAT_UNSPECIFIED";
+  const asSent = format === "OUTPUT_FORMAT_INPUT" || format === "OUTPUT_FORMAT_UNSPECIFIED";
+  return { omitted: false, asSent, format, system: plan.messages.system || "", messages };
+}
+
+const NOT_STORED = "(text not stored: an audit keeps the text of the blocks it sent)";
+
 function renderAudit(audit, blocks) {
   const known = new Map(blocks.map((block, index) => [blockId(block, index), block]));
+  const stored = storedMessages(audit);
+  const sent = stored.asSent ? [...stored.messages] : [];
   const rows = audit.blocks.map((b) => {
-    const block = known.get(b.id) || {};
-    return { id: b.id, role: block.role || block.type || "", kind: block.kind || "", tokens: b.tokens, decision: b.kept ? "kept" : "excluded", reason: b.reason, text: blockText(block) };
+    // The kept blocks' stored messages, in order; else what was pasted, if anything.
+    const block = (b.kept && sent.length ? sent.shift() : null) || known.get(b.id);
+    const row = { id: b.id, tokens: b.tokens, decision: b.kept ? "kept" : "excluded", reason: b.reason };
+    if (!block) return { ...row, role: "", kind: "", text: stored.omitted || !b.kept ? NOT_STORED : "" };
+    return { ...row, role: block.role || block.type || "", kind: block.kind || "", text: blockText(block) };
   });
   const kept = audit.blocks.filter((b) => b.kept).length;
   const plan = audit.plan || {};
   $("title").textContent = `Last audit of chat ${audit.chatId} (generation ${audit.generationId})`;
+  const model = [audit.provider, audit.model].filter(Boolean).join(" ");
   $("summary").textContent =
     `${kept} kept, ${audit.blocks.length - kept} excluded; prompt ${number(plan.promptTokens)} of ` +
-    `${number(plan.budget)} tokens, profile ${plan.profile}${plan.approximate ? " (approximate)" : ""}; ` +
-    `${audit.provider || ""} ${audit.model || ""}; status ${audit.status}` +
-    `${audit.providerErrorCode ? ` (${audit.providerErrorCode})` : ""}`;
+    `${number(plan.budget)} tokens, profile ${plan.profile}${plan.approximate ? " (approximate)" : ""}` +
+    `${model ? `; ${model}` : ""}; status ${statusText(audit)}`;
   const limit = number(plan.contextLimit);
   renderBudget(number(plan.promptTokens), number(plan.budget), limit, Math.max(limit - number(plan.budget), 0), number(plan.calibratedPromptTokens));
   renderRows(rows);
+  let storedNote = [];
+  if (stored.omitted) {
+    storedNote = ["This server stores no message text in audits (audit_messages = false): ids, tokens and reasons only."];
+  } else if (!stored.asSent) {
+    const format = stored.format.replace("OUTPUT_FORMAT_", "").toLowerCase().replaceAll("_", " ");
+    storedNote = [`Sent as ${format} messages:`, ...(stored.system ? [`system: ${stored.system}`] : []),
+      ...stored.messages.map((m) => `${(m && m.role) || "?"}: ${blockText(m)}`)];
+  }
   renderNotes([
+    ["Messages", storedNote],
     ["Truncations", (plan.truncated || []).map((t) => `${t.id}: ${t.tokensBefore} → ${t.tokensAfter} tokens (${t.how})`)],
     ["Diagnostics", (plan.diagnostics || []).map((d) => `${d.source}: ${d.event}: ${d.detail}`)],
+    ["Warnings", plan.warnings || []],
   ]);
   $("result").hidden = false;
 }
@@ -303,7 +352,7 @@ async function audit() {
   try {
     blocks = pastedBlocks();
   } catch {
-    blocks = []; // the audit stands on its own; a pasted conversation only adds roles and text
+    blocks = []; // the audit stands on its own; a pasted conversation adds the excluded blocks' text
   }
   try {
     const answer = await call("GET", `/api/v2/chats/${encodeURIComponent(chat)}/context-audit`);
@@ -356,6 +405,7 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("file").addEventListener("change", (event) => {
     if (event.target.files.length) readFile(event.target.files[0]);
+    event.target.value = ""; // so choosing the same file again (edited since) reads it again
   });
   const drop = $("drop");
   for (const target of [drop, $("conversation")]) {

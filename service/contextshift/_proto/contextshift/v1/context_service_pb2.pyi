@@ -791,7 +791,10 @@ class RelevanceScore(_message.Message):
     id: _builtins.str
     """The block id."""
     score: _builtins.float
-    """The score (higher is more relevant)."""
+    """The score, higher is more relevant, on one scale for every source: 0 unrelated, 1 the most
+    related ("given": 0 to 1; "embedding": the cosine, -1 to 1, below 0 less related than
+    unrelated; "bm25": BM25 divided by the most the input's terms can score, 0 to below 1).
+    """
     source: _builtins.str
     """Where it came from: "given" (the block's relevance), "embedding" (cosine of meta.embedding
     with the query_embedding option) or "bm25" (against the current user input).
@@ -1314,7 +1317,7 @@ Global___GetContextAuditResponse: _TypeAlias = GetContextAuditResponse  # noqa: 
 
 @_typing.final
 class ContextAudit(_message.Message):
-    """What the last ShiftContext of a chat decided, recorded before its reply was sent (DESIGN.md
+    """What the last ShiftContext of a chat decided, recorded before its reply was sent (docs/design.md
     §8), and how the generation ended. Only the last audit of a chat is kept; a new ShiftContext
     replaces it atomically (a reader sees the old or the new, never a mix).
     """
@@ -1756,7 +1759,7 @@ Global___AppendBlocksResponse: _TypeAlias = AppendBlocksResponse  # noqa: Y015
 @_typing.final
 class ModelConfig(_message.Message):
     """A model's stored configuration: where a request that names the model (or the role) gets what
-    it does not give itself (DESIGN.md §5). Configurations are per tenant; the server's
+    it does not give itself (docs/design.md §5). Configurations are per tenant; the server's
     `model_config_file` loads them into the default tenant "" at start.
     """
 

@@ -1,0 +1,23 @@
+"""Schemathesis hooks for the OpenAPI run (tests/integration/test_openapi_conformance.py): the
+named strings the document marks with a `format` of its own are drawn from what this server knows,
+as a client picks them from ListTokenizerProfiles and ListStrategies."""
+
+from __future__ import annotations
+
+import schemathesis
+from hypothesis import strategies as st
+
+from contextshift import profiles
+from contextshift.strategies import list_strategies
+
+# Every profile that loads without a file of the caller's (llama3 reads one from the environment),
+# and every model the registry names exactly; "" is "not given".
+NAMES = sorted(
+    {p.name for p in profiles.list_profiles() if p.name != "llama3"}
+    | {m.match for m in profiles.list_models() if not m.match.endswith("*")}
+)
+schemathesis.openapi.format("contextshift-profile", st.sampled_from(["", *NAMES]))
+schemathesis.openapi.format("contextshift-profile-name", st.sampled_from(NAMES))
+schemathesis.openapi.format(
+    "contextshift-strategy", st.sampled_from(["", *(s.name for s in list_strategies())])
+)
