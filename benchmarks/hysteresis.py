@@ -28,7 +28,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -70,7 +70,7 @@ def sharegpt() -> Iterator[dict[str, Any]]:
 def whole_conversations() -> Iterator[list[dict[str, Any]]]:
     """The file's conversations whole: it splits long ones into parts (`<id>_0`, `<id>_1`, ...,
     consecutive) of about 2,000 tokens each, joined again here."""
-    current, turns = "", []
+    current, turns = "", cast(list[dict[str, Any]], [])
     for part in sharegpt():
         base = str(part.get("id", "")).rpartition("_")[0]
         if base != current and turns:
@@ -211,6 +211,12 @@ def main(quick: bool = False) -> int:
             for n, (chat, counts) in enumerate(zip(chats, counted, strict=True))
         ]
 
+    def on_server(
+        client: contextshift.Client, label: str, options: dict[str, Any]
+    ) -> Callable[[int], Prompt]:
+        """A prompt per chat through the server, each chat with its own chat_id."""
+        return lambda n: server_prompt(client, f"{label}-{n}", options)
+
     with (
         tempfile.TemporaryDirectory() as tmp,
         serving(Path(tmp)) as server,
@@ -218,29 +224,28 @@ def main(quick: bool = False) -> int:
     ):
         run(
             f"resends all: server, default ({cache_stable.TARGET_RATIO})",
-            lambda n: server_prompt(client, f"default-{n}", {}),
+            on_server(client, "default", {}),
             True,
         )
         for ratio in SWEEP:
             run(
                 f"resends all: server, target_ratio {ratio}",
-                lambda n, r=ratio: server_prompt(client, f"{r}-{n}", {"target_ratio": r}),  # type: ignore[misc]
+                on_server(client, str(ratio), {"target_ratio": ratio}),
                 True,
             )
         for ratio in (1.0, cache_stable.TARGET_RATIO):
             run(
                 f"resends all: server, target_ratio {ratio}, cache_stable off",
-                lambda n, r=ratio: server_prompt(
-                    client, f"off-{r}-{n}", {"target_ratio": r, "cache_stable": False}
-                ),  # type: ignore[misc]
+                on_server(client, f"off-{ratio}", {"target_ratio": ratio, "cache_stable": False}),
                 True,
             )
+
+    def in_process(ratio: float) -> Callable[[int], Prompt]:
+        prompt = library_prompt(ratio)
+        return lambda n: prompt
+
     for ratio in (1.0, cache_stable.TARGET_RATIO):
-        run(
-            f"keeps what it sent: contextshift, target_ratio {ratio}",
-            lambda n, r=ratio: library_prompt(r),
-            False,
-        )  # type: ignore[misc]
+        run(f"keeps what it sent: contextshift, target_ratio {ratio}", in_process(ratio), False)
     run("keeps what it sent: LangChain trim_messages", lambda n: langchain_prompt(counted[n]), False)
 
     rows = {name: summary(totals) for name, totals in runs.items()}
