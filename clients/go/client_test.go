@@ -99,8 +99,9 @@ func TestShiftContextBudgetExceededCarriesErrorInfo(t *testing.T) {
 	if info.GetReason() != "TOKEN_BUDGET_EXCEEDED" || info.GetDomain() != "contextshift.v1" {
 		t.Fatalf("unexpected ErrorInfo %v", info)
 	}
-	// The floor is min(4000, context_limit / 2) = 10; protected: the system prompt and the last input.
-	if info.GetMetadata()["budget"] != "10" || info.GetMetadata()["protected_tokens"] == "" {
+	// 20 less the default reserve, a quarter of the limit given: 15; protected: the system prompt
+	// and the last input (17 tokens).
+	if info.GetMetadata()["budget"] != "15" || info.GetMetadata()["protected_tokens"] == "" {
 		t.Fatalf("unexpected metadata %v", info.GetMetadata())
 	}
 }
