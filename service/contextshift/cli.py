@@ -33,7 +33,6 @@ from rich.text import Text
 
 from contextshift import engine
 from contextshift.api import config
-from contextshift.audit import DEFAULT_URL as DEFAULT_STORE_URL
 from contextshift.audit.store import StoreConfigError, StoreError
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
@@ -797,23 +796,28 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print the report as JSON")
     bench.set_defaults(run=_bench_profiles)
 
-    store = sub.add_parser(
-        "store", help="check the store, or back up and restore a SQLite one (the store the settings name)"
+    store = _command(
+        sub,
+        "store",
+        "check the store, or back up and restore a SQLite one",
+        "The store is the one the serve settings name (--store, CONTEXTSHIFT_STORE or the config "
+        "file), or the one --store gives. A backup is consistent while a server writes; a restore "
+        "wants the server stopped. PostgreSQL is backed up with pg_dump (README, Operations).",
     )
-    store_commands = store.add_subparsers(dest="store_command", required=True)
+    store_commands = store.add_subparsers(dest="store_command", required=True, help="what to do")
     for name, what in (
         ("check", "the schema version, the database's integrity check and the store's invariants"),
         ("backup", "copy a SQLite store, consistently while a server writes to it, to a new file"),
         ("restore", "replace a SQLite store's contents with a backup's (stop the server first)"),
     ):
-        command = store_commands.add_parser(name, help=what)
+        command = store_commands.add_parser(name, help=what, description=f"{what[0].upper()}{what[1:]}.")
         if name == "backup":
             command.add_argument("path", type=Path, metavar="PATH", help="the backup file to make")
         elif name == "restore":
             command.add_argument("path", type=Path, metavar="BACKUP", help="the backup file")
             command.add_argument("--overwrite", action="store_true", help="even when the store holds chats")
         command.add_argument(
-            "--store", help=f"the store URL (default: the serve settings', {DEFAULT_STORE_URL})"
+            "--store", help="the store URL or a SQLite file's path (default: the serve settings' store)"
         )
         command.add_argument("--config", type=Path, help=f"TOML file with settings (env {config.CONFIG_ENV})")
         command.add_argument("--json", action="store_true", help="print what was found as JSON")

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 import re
 import select
+import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +19,18 @@ import grpc
 import httpx
 import pytest
 from google.protobuf import json_format
+from openapi_spec_validator import validate
+from starlette.routing import Mount, Route
 
 from contextshift import profiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
-from contextshift.api.http import OPERATIONS
+from contextshift.api.http import OPERATIONS, HttpApi
+from contextshift.api.servicer import ContextShiftServicer
+from contextshift.audit import open_store
+from contextshift.budget import Budget
 
-from .conftest import ServerProcess, start_server
+from .conftest import Gate, ServerProcess, start_server
 from .test_grpc_service import AS_JSON, TYPED
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-chat.json"
@@ -318,6 +326,103 @@ def test_a_header_that_never_ends_is_cut_off(tmp_path: Path) -> None:
             assert client.get("/healthz").status_code == 200
     finally:
         assert running.terminate() == 0
+
+
+def test_oversize_bodies_are_413_with_or_without_a_length(tmp_path: Path) -> None:
+    running = start_server(tmp_path, "--max-request-bytes", "65536")
+    try:
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            body = json.dumps({"blocksJson": "[" + " " * 70_000 + "]"}).encode()
+            error = error_of(client.post("/api/v2/context-preview", content=body), 413, "RESOURCE_EXHAUSTED")
+            assert "65536 bytes" in error["message"]
+
+            def chunks() -> Iterator[bytes]:  # no content-length: the server counts as it reads
+                yield body[:40_000]
+                yield body[40_000:]
+
+            error_of(client.post("/api/v2/context-preview", content=chunks()), 413, "RESOURCE_EXHAUSTED")
+            small = {"blocksJson": [{"role": "user", "content": "hi"}]}
+            assert client.post("/api/v2/context-preview", json=small).status_code == 200
+    finally:
+        assert running.terminate() == 0
+
+
+def test_calls_over_the_limit_in_flight_are_429(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+    running = start_server(tmp_path, "--max-concurrent-rpcs", "1", gate=gate)
+    try:
+        held: dict[str, int] = {}
+
+        def hold() -> None:
+            with httpx.Client(base_url=running.http_url, timeout=30) as client:
+                held["status"] = client.post(
+                    "/api/v2/context-preview", json={"blocksJson": AS_JSON}
+                ).status_code
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        gate.wait_entered()
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            error = error_of(
+                client.post("/api/v2/context-preview", json={"blocksJson": []}), 429, "RESOURCE_EXHAUSTED"
+            )
+        assert "limit of 1 calls in flight" in error["message"]
+        gate.open()
+        thread.join(30)
+        assert held["status"] == 200
+    finally:
+        gate.open()
+        assert running.terminate() == 0
+
+
+# --- health, draining, the document, logs, workers ---------------------------------------------
+
+
+def test_health_routes(http: httpx.Client) -> None:
+    assert http.get("/healthz").json() == {"status": "SERVING"}
+    assert http.get("/readyz").json() == {"status": "SERVING"}
+
+
+def test_readyz_is_503_while_draining_and_healthz_stays_up(tmp_path: Path) -> None:
+    gate = Gate(tmp_path / "gate")
+    running = start_server(tmp_path, "--drain-seconds", "3", gate=gate)
+    try:
+        with httpx.Client(base_url=running.http_url, timeout=30) as client:
+            assert client.get("/readyz").status_code == 200
+            running.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + 3
+            while client.get("/readyz").status_code != 503:
+                assert time.monotonic() < deadline, "/readyz still 200 while draining"
+                time.sleep(0.02)
+            assert client.get("/readyz").json()["status"] == "NOT_SERVING"
+            assert client.get("/healthz").status_code == 200
+    finally:
+        gate.open()
+        assert running.terminate() == 0
+
+
+def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp_path: Path) -> None:
+    document = http.get("/openapi.json").json()
+    validate(document)
+    documented = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
+    with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
+        store = open_store(f"sqlite:///{tmp_path}/routes.db")
+        servicer = ContextShiftServicer(executor, Budget(), store)
+        app = HttpApi(servicer, keys=None, max_request_bytes=1024, max_concurrent_calls=1).app()
+    routes = {
+        (route.path, method)
+        for route in app.routes
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    } | {(f"{route.path}/{{path}}", "GET") for route in app.routes if isinstance(route, Mount)}
+    assert routes == documented
+    assert {(op.path, op.http_method) for op in OPERATIONS} < documented
+    # The errors each API route can answer, and no other: every RPC behind them is implemented, so
+    # none answers 501.
+    for op in OPERATIONS:
+        responses = document["paths"][op.path][op.http_method.lower()]["responses"]
+        assert set(responses) == {"200", "400", "401", "404", "409", "413", "422", "429", "500", "503", "507"}
 
 
 @pytest.mark.parametrize(
