@@ -200,7 +200,13 @@ def test_the_audit_shows_the_plans_facts_anchor_and_repair_warning(
     # those of the whole prompt, and the audit records the same as the reply and the library.
     blocks = agent_loop("openai-chat", log_steps(21))
     budget = sum(contextshift.count_tokens(blocks, "o200k_base")) * 3 // 10
-    args: dict[str, Any] = {"budget": budget, "profile": "o200k_base", "strategy": "summarize"}
+    # The target ratio given: with a chat_id the server's default is a cache-stable 0.8.
+    args: dict[str, Any] = {
+        "budget": budget,
+        "profile": "o200k_base",
+        "strategy": "summarize",
+        "options": {"target_ratio": 0.8},
+    }
     remote = client.shift_context(blocks, chat_id="loop-audit", **args)
     local = contextshift.shift_context(blocks, **args)
     assert remote.summary is not None and local.summary is not None
