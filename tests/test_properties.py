@@ -36,15 +36,12 @@ from reference import (
 )
 
 import contextshift
+from contextshift import reasons
+from contextshift.reasons import Reason
 
-KEPT_REASONS = {"PROTECTED_SYSTEM", "MANDATORY", "PINNED", "TOOL_GROUP", "ANCHOR_USER_TURN", "FITS"}
-EXCLUDED_REASONS = {
-    "BUDGET_OLDEST_FIRST",
-    "TOOL_GROUP",
-    "ORPHAN_TOOL_RESULT",
-    "LEADING_ASSISTANT",
-    "UNPINNED_BY_CAP",
-}
+# What a plain truncate gives; the strategies' own reasons are added where they run.
+KEPT_REASONS = reasons.KEPT - {Reason.SUMMARY}
+EXCLUDED_REASONS = reasons.BUDGET_CUT | {Reason.TOOL_GROUP, Reason.ORPHAN_TOOL_RESULT}
 
 
 def library_budget(spec: int | tuple[int, int, int]) -> int | contextshift.Budget:
@@ -137,8 +134,8 @@ def assert_same_outcome(scenario: Scenario) -> contextshift.ShiftResult | None:
 def check_promises(
     scenario: Scenario,
     result: contextshift.ShiftResult,
-    kept_reasons: set[str] = KEPT_REASONS,
-    excluded_reasons: set[str] = EXCLUDED_REASONS,
+    kept_reasons: frozenset[Reason] = KEPT_REASONS,
+    excluded_reasons: frozenset[Reason] = EXCLUDED_REASONS,
 ) -> None:
     """What every strategy promises: each block decided once, order kept, within budget,
     protected blocks kept, groups whole, stable reasons, messages matching the kept blocks."""
@@ -154,7 +151,7 @@ def check_promises(
     assert sorted(kept_ids + excluded_ids, key=position.__getitem__) == ids
     assert [position[i] for i in kept_ids] == sorted(position[i] for i in kept_ids)
     assert [position[i] for i in excluded_ids] == sorted(position[i] for i in excluded_ids)
-    assert {item.reason for item in result.kept} <= kept_reasons | {"SUMMARY"}
+    assert {item.reason for item in result.kept} <= kept_reasons | {Reason.SUMMARY}
     assert {item.reason for item in result.excluded} <= excluded_reasons
     assert [d.id for d, kept in result.ordered_decisions() if kept] == [d.id for d in result.kept]
 
@@ -184,7 +181,7 @@ def check_promises(
     for members in analysis.groups:
         for i in members[1:]:
             if ids[i] not in kept and ids[i] not in unpinned:
-                assert reason_of[ids[i]] == "TOOL_GROUP"
+                assert reason_of[ids[i]] == Reason.TOOL_GROUP
 
 
 def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> None:
@@ -204,13 +201,13 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
             assert ids[members[0]] not in kept
             orphan_excluded.update(members)
             if ids[members[0]] not in unpinned:
-                assert reason_of[ids[members[0]]] == "ORPHAN_TOOL_RESULT"
+                assert reason_of[ids[members[0]]] == Reason.ORPHAN_TOOL_RESULT
 
     if unpinned & set(excluded_ids):
         return  # UNPINNED_BY_CAP hides which step removed the block; the reference check covers it
 
     # The repair's anchor (at most one): a user turn kept so the history starts on it.
-    anchors = [b for b in analysis.blocks if reason_of[b.id] == "ANCHOR_USER_TURN"]
+    anchors = [b for b in analysis.blocks if reason_of[b.id] == Reason.ANCHOR_USER_TURN]
     assert len(anchors) <= 1
     anchor_group = analysis.group_of[anchors[0].index] if anchors else None
 
@@ -222,9 +219,9 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
         if not analysis.group_protected[group]
         and not analysis.group_orphan[group]
         and group != anchor_group
-        and reason_of[ids[analysis.groups[group][0]]] != "LEADING_ASSISTANT"
+        and reason_of[ids[analysis.groups[group][0]]] != Reason.LEADING_ASSISTANT
     ]
-    removed = [g for g in removable if reason_of[ids[analysis.groups[g][0]]] == "BUDGET_OLDEST_FIRST"]
+    removed = [g for g in removable if reason_of[ids[analysis.groups[g][0]]] == Reason.BUDGET_OLDEST_FIRST]
     assert removed == removable[: len(removed)], "BUDGET_OLDEST_FIRST did not take the oldest groups"
     before_strategy = sum(t for i, t in enumerate(analysis.tokens) if i not in orphan_excluded)
     after_strategy = before_strategy - sum(analysis.group_tokens(g) for g in removed)
@@ -248,7 +245,7 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
             assert anchors[0].role == "user" and len(analysis.groups[anchor_group]) == 1
             assert first is not None and (first is anchors[0] or analysis.protected[first.index])
     else:
-        assert not any(reason_of[block_id] == "LEADING_ASSISTANT" for block_id in leading)
+        assert not any(reason_of[block_id] == Reason.LEADING_ASSISTANT for block_id in leading)
         assert not anchors
 
 
@@ -291,7 +288,11 @@ def test_count_tokens_matches_reference(items: list[str | dict[str, Any]]) -> No
     assert contextshift.count_tokens(items, profile="heuristic") == reference_count_tokens(items)
 
 
-STRATEGY_EXCLUDED_REASONS = EXCLUDED_REASONS | {"SUMMARIZED", "LOW_RELEVANCE", "MANUAL_EXCLUDED"}
+STRATEGY_EXCLUDED_REASONS = EXCLUDED_REASONS | {
+    Reason.SUMMARIZED,
+    Reason.LOW_RELEVANCE,
+    Reason.MANUAL_EXCLUDED,
+}
 
 
 def flag_manual(scenario: Scenario, flags: list[bool]) -> Scenario:
@@ -471,7 +472,7 @@ def check_loop_keeps_a_user_turn(scenario: Scenario, strategy: str, result: cont
     if "task" in {d.id for d in result.kept} or result.summary is not None:
         return
     cut = run_library(scenario, strategy=strategy, start_on_user=False)
-    if not any(d.reason == "FITS" for d in cut.kept):
+    if not any(d.reason == Reason.FITS for d in cut.kept):
         return  # the cut kept no history: nothing for the repair to empty
     [task_tokens] = contextshift.count_tokens([scenario.blocks[1]])
     reserve = 512 if strategy == "summarize" else 0  # summary_max_tokens, by default

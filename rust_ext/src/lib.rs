@@ -86,24 +86,12 @@ fn profile_named(py: Python<'_>, name: &str) -> PyResult<Arc<Profile>> {
         .map_err(|e: ProfileError| InvalidOptions::new_err((vec![("profile".to_owned(), e.to_string())],)))
 }
 
+/// `reason`'s code as an interned Python str, made once per code (a plan has a decision per block).
 fn reason_str(py: Python<'_>, reason: Reason) -> &Bound<'_, PyString> {
-    match reason {
-        Reason::ProtectedSystem => pyo3::intern!(py, "PROTECTED_SYSTEM"),
-        Reason::Pinned => pyo3::intern!(py, "PINNED"),
-        Reason::Mandatory => pyo3::intern!(py, "MANDATORY"),
-        Reason::Fits => pyo3::intern!(py, "FITS"),
-        Reason::BudgetOldestFirst => pyo3::intern!(py, "BUDGET_OLDEST_FIRST"),
-        Reason::ToolGroup => pyo3::intern!(py, "TOOL_GROUP"),
-        Reason::ManualExcluded => pyo3::intern!(py, "MANUAL_EXCLUDED"),
-        Reason::LowRelevance => pyo3::intern!(py, "LOW_RELEVANCE"),
-        Reason::OrphanToolResult => pyo3::intern!(py, "ORPHAN_TOOL_RESULT"),
-        Reason::LeadingAssistant => pyo3::intern!(py, "LEADING_ASSISTANT"),
-        Reason::AnchorUserTurn => pyo3::intern!(py, "ANCHOR_USER_TURN"),
-        Reason::Summarized => pyo3::intern!(py, "SUMMARIZED"),
-        Reason::CharCap => pyo3::intern!(py, "CHAR_CAP"),
-        Reason::UnpinnedByCap => pyo3::intern!(py, "UNPINNED_BY_CAP"),
-        Reason::PluginExcluded => pyo3::intern!(py, "PLUGIN_EXCLUDED"),
-    }
+    static CODES: PyOnceLock<Vec<Py<PyString>>> = PyOnceLock::new();
+    let codes =
+        CODES.get_or_init(py, || Reason::ALL.iter().map(|r| PyString::intern(py, r.as_str()).unbind()).collect());
+    codes[reason as usize].bind(py)
 }
 
 /// Pauses Python's cyclic garbage collector while it lives. Building one decision object per
@@ -1104,6 +1092,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(configure_count_cache, m)?)?;
     m.add_function(wrap_pyfunction!(clear_count_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add("REASONS", PyTuple::new(m.py(), Reason::ALL.iter().map(|r| r.as_str()))?)?;
     Ok(())
 }
 

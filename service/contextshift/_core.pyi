@@ -3,10 +3,13 @@
 from collections.abc import Sequence
 from typing import Any, TypeAlias, final
 
+from contextshift.reasons import Reason
+
 # Part of an encoded message: bytes, or a length-delimited field of pieces (contextshift.engine.Piece).
 _Piece: TypeAlias = bytes | tuple[int, Sequence[_Piece]]
 
 __all__ = [
+    "REASONS",
     "BlockDecision",
     "Conversation",
     "Counts",
@@ -26,6 +29,9 @@ __all__ = [
     "rewrite_block",
     "split_message_field",
 ]
+
+# Every stable reason code, in the core's order (contextshift.reasons.Reason is held to it).
+REASONS: tuple[str, ...]
 
 @final
 class Counts:
@@ -64,7 +70,8 @@ class Layout:
 
 @final
 class BlockDecision:
-    """A block kept or excluded, with its tokens and a stable reason code."""
+    """A block kept or excluded, with its tokens and a stable reason code: a `Reason`'s value, as
+    a plain str (a reply from a newer server may carry a code this version does not know)."""
 
     def __new__(cls, id: str, tokens: int, reason: str) -> BlockDecision: ...
     @property
@@ -124,8 +131,8 @@ class Conversation:
         start_on_user: bool,
         *,
         target: int | None = None,
-        forced: Sequence[tuple[int, str]] = ...,
-        ranked: Sequence[tuple[int, str]] = ...,
+        forced: Sequence[tuple[int, Reason]] = ...,
+        ranked: Sequence[tuple[int, Reason]] = ...,
     ) -> Plan: ...
     def recount(self, profile: str, indices: Sequence[int]) -> int: ...
     def layout(self, unpinned: Sequence[int], protect_current_input: bool) -> Layout: ...

@@ -15,15 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contextshift import engine
+from contextshift import engine, reasons
 from contextshift.diagnostics import Diagnostic
+from contextshift.reasons import Reason
 
 SOURCE = "host"
 
 
 # The default `target_ratio` of a cache-stable shift: without room to grow, a chat over its budget
 # cuts again at every turn and its prefix changes as often as without cache-stable shifts. Chosen
-# by replaying real chats through the server (benchmarks/hysteresis.py; the README has the numbers).
+# by replaying real chats through the server (benchmarks/hysteresis.py; docs/benchmarks.md has the numbers).
 TARGET_RATIO = 0.8
 
 
@@ -41,12 +42,12 @@ class Carried:
     """What a shift takes over from the previous prompt: the blocks to leave out again (index,
     reason), and a diagnostic saying what happened (none when there was nothing to carry)."""
 
-    forced: list[tuple[int, str]]
+    forced: list[tuple[int, Reason]]
     diagnostic: Diagnostic | None
 
 
 # A carried block goes again for the budget: a summary made this time covers it afresh.
-_CARRIED_AS = {"SUMMARIZED": "BUDGET_OLDEST_FIRST"}
+_CARRIED_AS = {Reason.SUMMARIZED: Reason.BUDGET_OLDEST_FIRST}
 
 
 def carried(previous: PreviousPrompt, layout: engine.Layout, counts: engine.Counts) -> Carried:
@@ -65,11 +66,11 @@ def carried(previous: PreviousPrompt, layout: engine.Layout, counts: engine.Coun
         detail = "the last prompt's blocks changed (edited, removed or reordered): planned afresh"
         return Carried([], Diagnostic(SOURCE, "CACHE_STABLE_RESET", detail))
     # A group goes by its earliest member; orphans go anyway; blocks protected since stay.
+    excluded = [(position[block_id], Reason(code)) for block_id, code in previous.excluded]
     forced = [
-        (position[block_id], _CARRIED_AS.get(reason, reason))
-        for block_id, reason in previous.excluded
-        if reason not in {"TOOL_GROUP", "ORPHAN_TOOL_RESULT"}
-        and not layout.group_protected[position[block_id]]
+        (i, _CARRIED_AS.get(reason, reason))
+        for i, reason in excluded
+        if reason not in reasons.NOT_CARRIED and not layout.group_protected[i]
     ]
     detail = f"kept the last prompt's cut: {len(previous.excluded)} blocks left out as before"
     return Carried(forced, Diagnostic(SOURCE, "CACHE_STABLE", detail))

@@ -15,70 +15,63 @@ pub enum Protection {
     Pinned,
 }
 
-/// Stable reason codes (docs/design.md §6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    ProtectedSystem,
-    Pinned,
-    Mandatory,
-    Fits,
-    BudgetOldestFirst,
-    ToolGroup,
-    ManualExcluded,
-    LowRelevance,
-    OrphanToolResult,
-    LeadingAssistant,
+/// Declares `Reason` from one list of variants and their stable codes: the enum, `Reason::ALL`
+/// (its length counted by the compiler) and `as_str` cannot disagree, and a new code is one line.
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident => $code:literal,)+) => {
+        /// Stable codes of a block's decision or of a truncation (docs/design.md §6), the one
+        /// vocabulary of the project: Python's `contextshift.reasons.Reason` is checked against
+        /// `ALL` by a test. The core gives the decisions' reasons; Python gives the summary block's
+        /// and how a strategy cut a block.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Reason {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Reason {
+            /// Every reason, in declaration order: `reason as usize` is its index.
+            pub const ALL: [Reason; [$($code),+].len()] = [$(Reason::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $code,)+
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    ProtectedSystem => "PROTECTED_SYSTEM",
+    Pinned => "PINNED",
+    Mandatory => "MANDATORY",
+    Fits => "FITS",
+    BudgetOldestFirst => "BUDGET_OLDEST_FIRST",
+    ToolGroup => "TOOL_GROUP",
+    ManualExcluded => "MANUAL_EXCLUDED",
+    LowRelevance => "LOW_RELEVANCE",
+    OrphanToolResult => "ORPHAN_TOOL_RESULT",
+    LeadingAssistant => "LEADING_ASSISTANT",
     /// Kept: the user turn the repair brought back so the history starts on a user turn.
-    AnchorUserTurn,
-    Summarized,
-    CharCap,
-    UnpinnedByCap,
-    PluginExcluded,
+    AnchorUserTurn => "ANCHOR_USER_TURN",
+    Summarized => "SUMMARIZED",
+    /// Also a truncation's how: the character caps cut the block.
+    CharCap => "CHAR_CAP",
+    UnpinnedByCap => "UNPINNED_BY_CAP",
+    PluginExcluded => "PLUGIN_EXCLUDED",
+    /// Kept: the summary block a strategy inserted (made in Python).
+    Summary => "SUMMARY",
+    /// Truncations' hows (made in Python): `clear-tool-results` cleared a result or a call's
+    /// input, a plugin strategy rewrote the block.
+    ToolResultCleared => "TOOL_RESULT_CLEARED",
+    ToolInputCleared => "TOOL_INPUT_CLEARED",
+    PluginReplaced => "PLUGIN_REPLACED",
 }
 
 impl Reason {
-    /// Every reason, for lookups by name.
-    pub const ALL: [Reason; 15] = [
-        Reason::ProtectedSystem,
-        Reason::Pinned,
-        Reason::Mandatory,
-        Reason::Fits,
-        Reason::BudgetOldestFirst,
-        Reason::ToolGroup,
-        Reason::ManualExcluded,
-        Reason::LowRelevance,
-        Reason::OrphanToolResult,
-        Reason::LeadingAssistant,
-        Reason::AnchorUserTurn,
-        Reason::Summarized,
-        Reason::CharCap,
-        Reason::UnpinnedByCap,
-        Reason::PluginExcluded,
-    ];
-
     /// The reason with this stable code.
     pub fn parse(code: &str) -> Option<Reason> {
         Reason::ALL.into_iter().find(|r| r.as_str() == code)
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::ProtectedSystem => "PROTECTED_SYSTEM",
-            Reason::Pinned => "PINNED",
-            Reason::Mandatory => "MANDATORY",
-            Reason::Fits => "FITS",
-            Reason::BudgetOldestFirst => "BUDGET_OLDEST_FIRST",
-            Reason::ToolGroup => "TOOL_GROUP",
-            Reason::ManualExcluded => "MANUAL_EXCLUDED",
-            Reason::LowRelevance => "LOW_RELEVANCE",
-            Reason::OrphanToolResult => "ORPHAN_TOOL_RESULT",
-            Reason::LeadingAssistant => "LEADING_ASSISTANT",
-            Reason::AnchorUserTurn => "ANCHOR_USER_TURN",
-            Reason::Summarized => "SUMMARIZED",
-            Reason::CharCap => "CHAR_CAP",
-            Reason::UnpinnedByCap => "UNPINNED_BY_CAP",
-            Reason::PluginExcluded => "PLUGIN_EXCLUDED",
-        }
     }
 }
 
@@ -541,8 +534,9 @@ mod tests {
 
     #[test]
     fn reasons_parse_from_their_codes() {
-        for reason in Reason::ALL {
+        for (i, reason) in Reason::ALL.into_iter().enumerate() {
             assert_eq!(Reason::parse(reason.as_str()), Some(reason));
+            assert_eq!(reason as usize, i); // the bindings index their strs by it
         }
         assert_eq!(Reason::parse("NOPE"), None);
     }

@@ -17,6 +17,7 @@ from typing import Any
 from contextshift import engine
 from contextshift.diagnostics import Diagnostic
 from contextshift.options import OptionSpec
+from contextshift.reasons import Reason
 from contextshift.strategies.context import Outcome, Rewrite, StrategyContext
 from contextshift.strategies.registry import StrategyInfo
 
@@ -32,13 +33,13 @@ class _Clearing:
         self.ctx = ctx
         self.messages: dict[int, Mapping[str, Any]] = {}
         self.tokens: dict[int, int] = {}
-        self.how: dict[int, str] = {}
+        self.how: dict[int, Reason] = {}
         self.cleared_calls: dict[int, list[str]] = {}
 
     def current(self, i: int) -> int:
         return self.tokens.get(i, self.ctx.counts.tokens[i])
 
-    def rewrite(self, i: int, text: str | None, calls: list[str], how: str) -> int:
+    def rewrite(self, i: int, text: str | None, calls: list[str], how: Reason) -> int:
         """Rewrites block `i` from its original message; returns the tokens gained."""
         message = engine.rewrite_block(self.ctx.message(i), text, calls)
         [after] = self.ctx.block_tokens([message])
@@ -76,7 +77,7 @@ def clear_tool_results(ctx: StrategyContext) -> Outcome:
         if total - gained <= target and gained >= at_least:
             break
         before = ctx.counts.tokens[i]
-        gain = clearing.rewrite(i, placeholder(before), [], "TOOL_RESULT_CLEARED")
+        gain = clearing.rewrite(i, placeholder(before), [], Reason.TOOL_RESULT_CLEARED)
         if gain <= 0:  # already as short as the placeholder
             del clearing.messages[i], clearing.tokens[i], clearing.how[i]
             continue
@@ -88,7 +89,7 @@ def clear_tool_results(ctx: StrategyContext) -> Outcome:
                     continue
                 calls = clearing.cleared_calls.setdefault(j, [])
                 calls.append(call_id)
-                gained += clearing.rewrite(j, None, calls, "TOOL_INPUT_CLEARED")
+                gained += clearing.rewrite(j, None, calls, Reason.TOOL_INPUT_CLEARED)
 
     if not clearing.messages or gained < at_least:
         if candidates and gained < at_least:
@@ -112,9 +113,9 @@ def clear_tool_results(ctx: StrategyContext) -> Outcome:
         for i in clearing.messages
         if i in kept
     }
-    cleared = sum(r.how == "TOOL_RESULT_CLEARED" for r in rewrites.values())
+    cleared = sum(r.how == Reason.TOOL_RESULT_CLEARED for r in rewrites.values())
     detail = f"cleared {cleared} tool results"
-    if dropped := sum(how == "TOOL_RESULT_CLEARED" for how in clearing.how.values()) - cleared:
+    if dropped := sum(how == Reason.TOOL_RESULT_CLEARED for how in clearing.how.values()) - cleared:
         detail += f"; {dropped} more were cleared, then left out by the shift"
     note = Diagnostic(f"strategy:{ctx.name}", "TOOL_RESULTS_CLEARED", detail, gained)
     return Outcome(plan, counts, rewrites=rewrites, diagnostics=[note])

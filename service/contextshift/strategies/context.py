@@ -19,6 +19,7 @@ from contextshift import engine
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import ShiftOptions
+from contextshift.reasons import Reason
 
 Blocks = Sequence[Mapping[str, Any]] | str | bytes
 # A budget no prompt reaches: a plan against it removes only orphans and carried blocks.
@@ -33,7 +34,7 @@ class Rewrite:
     message: Mapping[str, Any]
     tokens_before: int
     tokens_after: int
-    how: str
+    how: Reason
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class Outcome:
     counts: engine.Counts
     rewrites: dict[int, Rewrite] = field(default_factory=dict)
     # Excluded blocks whose reason the strategy refines (e.g. BUDGET_OLDEST_FIRST → SUMMARIZED).
-    relabel: dict[int, str] = field(default_factory=dict)
+    relabel: dict[int, Reason] = field(default_factory=dict)
     summary: Summary | None = None
     relevance: list[Relevance] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -87,7 +88,7 @@ class Outcome:
     compaction_usage: CompactionUsage | None = None
 
 
-def excluded_for(plan: engine.Plan, groups: Sequence[int], reasons: frozenset[str]) -> list[int]:
+def excluded_for(plan: engine.Plan, groups: Sequence[int], reasons: frozenset[Reason]) -> list[int]:
     """The blocks a plan left out whose group went for one of `reasons` (the reason its earliest
     excluded member carries; the others say TOOL_GROUP), in order."""
     lead: dict[int, str] = {}
@@ -111,7 +112,7 @@ class StrategyContext:
     unpinned: list[int]
     options: ShiftOptions
     # Blocks the chat's previous prompt left out, to leave out again (contextshift.cache_stable).
-    carried: Sequence[tuple[int, str]] = ()
+    carried: Sequence[tuple[int, Reason]] = ()
 
     @property
     def profile(self) -> str:
@@ -154,8 +155,8 @@ class StrategyContext:
         *,
         budget: int | None = None,
         target: int | None = None,
-        forced: Sequence[tuple[int, str]] = (),
-        ranked: Sequence[tuple[int, str]] = (),
+        forced: Sequence[tuple[int, Reason]] = (),
+        ranked: Sequence[tuple[int, Reason]] = (),
         needed: bool = False,
     ) -> engine.Plan:
         """The core's plan (see `engine.Conversation.plan`) with this context's pins and options;

@@ -23,6 +23,7 @@ import logging
 from contextshift.diagnostics import Diagnostic
 from contextshift.errors import InvalidOptions
 from contextshift.options import OptionSpec, Secret
+from contextshift.reasons import Reason
 from contextshift.strategies.context import Outcome, StrategyContext, Summary
 from contextshift.strategies.registry import StrategyInfo
 from contextshift.strategies.summarize import (
@@ -149,7 +150,7 @@ def llm_compact(ctx: StrategyContext) -> Outcome:
     message = summary_message(block_id, made.text)
     size = tokens(made.text)
     plan = ctx.plan(
-        forced=[(i, "SUMMARIZED") for i in blocks],
+        forced=[(i, Reason.SUMMARIZED) for i in blocks],
         budget=ctx.budget - size,
         target=ctx.target() - size,
         # Compaction may bring a needed shift under the budget, not under the target: go on there.

@@ -4,6 +4,7 @@ tool group, even when everything fits; then truncate if still over."""
 from __future__ import annotations
 
 from contextshift.errors import InvalidOptions
+from contextshift.reasons import Reason
 from contextshift.strategies.context import Outcome, StrategyContext
 from contextshift.strategies.registry import StrategyInfo
 
@@ -23,7 +24,7 @@ def manual(ctx: StrategyContext) -> Outcome:
         violations.append((f"blocks[{i}].meta.manualExcluded", f"block {layout.ids[i]!r} {why}"))
     if violations:
         raise InvalidOptions(violations)
-    return Outcome(ctx.plan(forced=[(i, "MANUAL_EXCLUDED") for i in flagged]), ctx.counts)
+    return Outcome(ctx.plan(forced=[(i, Reason.MANUAL_EXCLUDED) for i in flagged]), ctx.counts)
 
 
 INFO = StrategyInfo(

@@ -7,16 +7,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from contextshift import engine
+from contextshift import engine, reasons
 from contextshift.diagnostics import Diagnostic
 from contextshift.errors import TokenBudgetExceeded
 from contextshift.options import OptionSpec
+from contextshift.reasons import Reason
 from contextshift.strategies.context import Outcome, StrategyContext, Summary, excluded_for
 from contextshift.strategies.registry import StrategyInfo
 from contextshift.summarizer import extractive
 
-# Groups left out for the budget, so summarized (orphan tool results are noise and stay out).
-SUMMARIZED_REASONS = frozenset({"BUDGET_OLDEST_FIRST", "LEADING_ASSISTANT", "UNPINNED_BY_CAP"})
 # A summary with less room than this would be a header and a few words: not worth its tokens.
 MIN_SUMMARY_TOKENS = 32
 SUMMARY_SHARE = 0.125
@@ -59,13 +58,13 @@ def summary_message(block_id: str, text: str) -> dict[str, Any]:
 
 def summarized_blocks(ctx: StrategyContext, plan: engine.Plan) -> list[int]:
     """The blocks a plan left out for the budget, in order."""
-    return excluded_for(plan, ctx.layout.groups, SUMMARIZED_REASONS)
+    return excluded_for(plan, ctx.layout.groups, reasons.BUDGET_CUT)
 
 
-def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, str]:
+def relabelled(plan: engine.Plan, summarized: list[int]) -> dict[int, Reason]:
     """Each summarized group's earliest block says SUMMARIZED (the others keep TOOL_GROUP)."""
-    reasons = dict(zip(plan.excluded, (d.reason for d in plan.excluded_decisions), strict=True))
-    return {i: "SUMMARIZED" for i in summarized if reasons[i] != "TOOL_GROUP"}
+    given = dict(zip(plan.excluded, (d.reason for d in plan.excluded_decisions), strict=True))
+    return {i: Reason.SUMMARIZED for i in summarized if given[i] != Reason.TOOL_GROUP}
 
 
 def summary_room(ctx: StrategyContext, block_id: str, limit: int) -> extractive.Room:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from contextshift.errors import InvalidBlocks
 from contextshift.options import OptionSpec
+from contextshift.reasons import Reason
 from contextshift.strategies.context import Outcome, Relevance, StrategyContext
 from contextshift.strategies.registry import StrategyInfo
 
@@ -93,7 +94,7 @@ def vector_recall(ctx: StrategyContext) -> Outcome:
     ]
     scored = scores(ctx, candidates)
     ranked = sorted(candidates, key=lambda i: (scored[i][0], i))
-    plan = ctx.plan(ranked=[(i, "LOW_RELEVANCE") for i in ranked])
+    plan = ctx.plan(ranked=[(i, Reason.LOW_RELEVANCE) for i in ranked])
     relevance = [Relevance(layout.ids[i], *scored[i]) for i in candidates]
     return Outcome(plan, ctx.counts, relevance=relevance)
 
