@@ -203,7 +203,7 @@ def test_a_call_after_four_hung_ones_runs_within_its_own_time_limit(register: Ca
         assert ran.is_set() and events(result) == []
     finally:
         release.set()
-    assert plugins._threads.wait_hung_at_most(0, 10)
+    assert plugins.calls.threads.wait_hung_at_most(0, 10)
 
 
 def test_plugin_threads_refuse_calls_while_too_many_hang() -> None:
@@ -228,7 +228,7 @@ def test_a_saturated_host_falls_back_without_running_the_plugin(register: Callab
     release = threading.Event()
     ran = threading.Event()
     register(lambda view: ran.set() or [])
-    assert plugins._threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
+    assert plugins.calls.threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
     try:
         for _ in range(plugins.MAX_HUNG_CALLS):
             with pytest.raises(TimeoutError):
@@ -241,7 +241,7 @@ def test_a_saturated_host_falls_back_without_running_the_plugin(register: Callab
     detail = f"not run: {plugins.MAX_HUNG_CALLS} earlier plugin calls are still running past their time limit"
     assert result.diagnostics[0].detail == f"{detail}; fell back to truncate"
     assert reasons(result) == reasons(contextshift.shift_context(CHAT, budget=40))
-    assert plugins._threads.wait_hung_at_most(0, 10)
+    assert plugins.calls.threads.wait_hung_at_most(0, 10)
 
 
 def test_replacement_text_and_a_summary(register: Callable[..., None]) -> None:

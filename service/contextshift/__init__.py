@@ -9,10 +9,8 @@ Library API (no network hop; the gRPC service runs the same engine):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from contextshift import engine
 from contextshift.budget import Budget
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
@@ -34,8 +32,10 @@ from contextshift.plugins import (
     register_interceptor,
     register_strategy,
 )
-from contextshift.profiles import resolve_request
-from contextshift.shift import ShiftResult, Truncation, shift_context
+from contextshift.profiles import count_tokens
+from contextshift.reasons import Reason
+from contextshift.result import ShiftResult, Truncation
+from contextshift.shift import shift_context
 from contextshift.strategies import list_strategies
 
 if TYPE_CHECKING:
@@ -57,6 +57,7 @@ __all__ = [
     "InvalidOptions",
     "InvalidTools",
     "OptionSpec",
+    "Reason",
     "ShiftResult",
     "ShiftView",
     "StrategyPlan",
@@ -68,18 +69,6 @@ __all__ = [
     "register_strategy",
     "shift_context",
 ]
-
-
-def count_tokens(
-    texts_or_blocks: Sequence[str | Mapping[str, Any]],
-    profile: str | None = None,
-    *,
-    model: str | None = None,
-) -> list[int]:
-    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead).
-    `profile` is a profile or model name, `model` a model name (unknown: `heuristic`); neither
-    means `heuristic`."""
-    return engine.count_items(texts_or_blocks, resolve_request(profile, model).profile)
 
 
 def __getattr__(name: str) -> Any:

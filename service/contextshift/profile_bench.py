@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Any
 
-from contextshift import engine
+from contextshift import engine, request_body
 from contextshift.errors import InvalidInput, InvalidOptions
 from contextshift.profiles import Resolution, list_profiles, resolve
 
@@ -87,21 +87,17 @@ def message_text(block: Any) -> str:
 
 
 def _messages(name: str, data: bytes) -> list[str]:
-    """The message texts of one document: chat JSON, or paragraphs of plain text."""
+    """The message texts of one document: its blocks (`request_body`), or paragraphs of plain
+    text."""
     try:
-        parsed = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = request_body.parse_json(data)
+    except request_body.RepeatedKey as e:
+        raise InvalidInput([(name, f"not chat JSON a provider reads alike: {e}")]) from e
+    except ValueError:  # not JSON (or not UTF-8): text
         parsed = None
-    if isinstance(parsed, Mapping):
-        system = parsed.get("system")
-        for key in ("blocks", "messages", "input"):
-            if isinstance(parsed.get(key), list):
-                blocks = (
-                    [system, *parsed[key]] if isinstance(system, str) and key == "messages" else parsed[key]
-                )
-                return [message_text(b) for b in blocks]
-    if isinstance(parsed, list):
-        return [message_text(b) for b in parsed]
+    blocks = request_body.blocks_in(parsed)
+    if blocks is not None:
+        return [message_text(b) for b in blocks]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

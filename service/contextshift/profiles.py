@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 from contextshift import engine
 from contextshift.errors import InvalidOptions
@@ -202,6 +203,18 @@ def resolve_request(profile: str | None = None, model: str | None = None) -> Res
         )
         return Resolution(fallback.name, fallback.approximate, model, [warning])
     return resolve(DEFAULT_PROFILE)
+
+
+def count_tokens(
+    texts_or_blocks: Sequence[str | Mapping[str, Any]],
+    profile: str | None = None,
+    *,
+    model: str | None = None,
+) -> list[int]:
+    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead).
+    `profile` is a profile or model name, `model` a model name (unknown: `heuristic`); neither
+    means `heuristic`."""
+    return engine.count_items(texts_or_blocks, resolve_request(profile, model).profile)
 
 
 @dataclass(frozen=True)
