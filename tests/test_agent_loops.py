@@ -13,7 +13,7 @@ from agent_loops import SHAPES, agent_loop, log_steps
 from fake_llm import FakeLlm
 
 import contextshift
-from contextshift.api.provider_messages import to_anthropic_messages, to_openai_chat
+from contextshift.provider_messages import to_anthropic_messages, to_openai_chat
 
 PROFILE = "o200k_base"
 LOCAL_STRATEGIES = ["truncate", "summarize", "vector-recall", "manual", "clear-tool-results"]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import grpc
 import pytest
+from google.rpc import code_pb2
 
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ConfigError
-from contextshift.api.errors import RequestError
+from contextshift.api.service.errors import RequestError
 
 KEY_A = "a-key-of-tenant-a-0123456789"
 KEY_A2 = "a-second-key-of-tenant-a-4567"
@@ -19,7 +19,7 @@ KEY_B = "a-key-of-tenant-b-0123456789"
 def unauthenticated(keys: ApiKeys, authorization: str | None) -> str:
     with pytest.raises(RequestError) as caught:
         keys.tenant_of(authorization)
-    assert caught.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert caught.value.code == code_pb2.UNAUTHENTICATED
     return str(caught.value)
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from contextshift.api import config
-from contextshift.api.convert import typed_field, uuid7
+from contextshift.api.service.blocks import typed_field
+from contextshift.api.service.ids import uuid7
 
 
 def test_defaults_cover_every_field() -> None:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import interceptors
-from contextshift.api.servicer import ContextShiftServicer
+from contextshift.api.service.calls import begin_call_stats
+from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.budget import Budget
 from contextshift.errors import InvalidOptions
@@ -52,15 +52,15 @@ def blocks_json(chars: int) -> str:
 def test_small_requests_run_inline_once_their_profile_was_served(
     executor: CountingExecutor, store: SqliteStore
 ) -> None:
-    servicer = ContextShiftServicer(
+    servicer = ContextShiftService(
         executor, Budget(), store, inline_request_bytes=INLINE_BYTES, store_cache_seconds=60
     )
 
     async def handed(**fields: Any) -> int:
         """How many calls the executor was handed after one ShiftContext with these fields."""
-        interceptors.begin_call_stats()
+        begin_call_stats()
         request = pb.ShiftContextRequest(**fields)
-        await servicer.ShiftContext(request.SerializeToString(), context=None)  # type: ignore[arg-type]
+        await servicer.ShiftContext(request.SerializeToString())
         return executor.handed
 
     async def scenario() -> None:
@@ -91,13 +91,13 @@ def test_small_requests_run_inline_once_their_profile_was_served(
 def test_inline_off_runs_everything_on_the_engine_threads(
     executor: CountingExecutor, store: SqliteStore
 ) -> None:
-    servicer = ContextShiftServicer(executor, Budget(), store, inline_request_bytes=0)
+    servicer = ContextShiftService(executor, Budget(), store, inline_request_bytes=0)
 
     async def scenario() -> None:
-        interceptors.begin_call_stats()
+        begin_call_stats()
         request = pb.ShiftContextRequest(blocks_json=blocks_json(10)).SerializeToString()
         for _ in range(3):
-            await servicer.ShiftContext(request, context=None)  # type: ignore[arg-type]
+            await servicer.ShiftContext(request)
         assert executor.handed == 3
 
     asyncio.run(scenario())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextshift.api.provider_messages import read_turn, to_anthropic_messages, to_openai_chat
+from contextshift.provider_messages import read_turn, to_anthropic_messages, to_openai_chat
 
 OPENAI_STYLE: list[dict[str, Any]] = [
     {"role": "system", "content": "Be brief."},

@@ -19,7 +19,9 @@ from test_strategies import long_chat
 import contextshift
 from contextshift import plugins as plugin_host
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import convert, metrics
+from contextshift.api import metrics
+from contextshift.api.service import shifts
+from contextshift.api.service.store_view import NoStore
 from contextshift.audit.store import ModelConfig, Role
 from contextshift.budget import Budget
 
@@ -99,7 +101,7 @@ def test_a_saturated_plugin_strategy_is_a_fallback_and_a_saturated_interceptor_i
     plugins("never-run", lambda view: [])
     cleanup = contextshift.register_interceptor(lambda messages, context: messages)
     release = threading.Event()
-    assert plugin_host._threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
+    assert plugin_host.calls.threads.wait_hung_at_most(0, 10)  # calls earlier tests abandoned have ended
     try:
         for _ in range(plugin_host.MAX_HUNG_CALLS):  # that many hung calls: the host runs no more
             with pytest.raises(TimeoutError):
@@ -121,7 +123,7 @@ def test_a_saturated_plugin_strategy_is_a_fallback_and_a_saturated_interceptor_i
         labels(strategy="never-run", cause="PLUGINS_SATURATED"): 1
     }
     assert added(before, after, "contextshift_shift_events_total") == {labels(event="PLUGINS_SATURATED"): 3}
-    assert plugin_host._threads.wait_hung_at_most(0, 10)
+    assert plugin_host.calls.threads.wait_hung_at_most(0, 10)
 
 
 def test_store_operations_are_timed() -> None:
@@ -132,7 +134,7 @@ def test_store_operations_are_timed() -> None:
     assert samples()[store] - before.get(store, 0) == 1
 
 
-class SlowConfigStore(convert.NoStore):
+class SlowConfigStore(NoStore):
     """A store view whose model configuration takes READ_SECONDS to read, timed as the server's
     TenantStore times its reads."""
 
@@ -153,7 +155,7 @@ def test_a_shifts_own_time_leaves_its_store_reads_out() -> None:
     request = pb.ShiftContextRequest(blocks_json=json.dumps(long_chat(6)), model="some-model")
     store = SlowConfigStore()
     start = time.perf_counter()
-    shifted = convert.shift(request, request.blocks_json.encode(), Budget(), store)
+    shifted = shifts.shift(request, request.blocks_json.encode(), Budget(), store)
     elapsed = time.perf_counter() - start
     assert store.read_seconds == SlowConfigStore.READ_SECONDS
     assert 0 < shifted.seconds <= elapsed - store.read_seconds

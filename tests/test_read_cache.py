@@ -10,9 +10,10 @@ import time
 import pytest
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import audits
-from contextshift.api.read_cache import CacheMiss, ReadCache
-from contextshift.api.servicer import Caches, ContextShiftServicer, TenantStore
+from contextshift.api.service import audits
+from contextshift.api.service.read_cache import CacheMiss, ReadCache
+from contextshift.api.service.servicer import ContextShiftService
+from contextshift.api.service.store_view import Caches, TenantStore
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import StoreUnavailable
 from contextshift.budget import Budget
@@ -81,7 +82,7 @@ def chat(turns: int) -> bytes:
 
 
 def test_a_chats_last_prompt_is_kept_as_its_audit_records_it(store: SqliteStore) -> None:
-    servicer = ContextShiftServicer(None, Budget(), store)  # type: ignore[arg-type]
+    servicer = ContextShiftService(None, Budget(), store)  # type: ignore[arg-type]
     caches = Caches(ReadCache(0))
     view = TenantStore(store, "", caches)
     request = pb.ShiftContextRequest(chat_id="c", context_limit=600, response_reserve=0)

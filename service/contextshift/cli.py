@@ -31,20 +31,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from contextshift import engine
+from contextshift import engine, request_body
 from contextshift.api import config
 from contextshift.audit.store import StoreConfigError, StoreError
 from contextshift.budget import Budget
 from contextshift.engine import BlockDecision
 from contextshift.errors import ContextShiftError, InvalidInput, TokenBudgetExceeded
 from contextshift.profiles import resolve_request
-from contextshift.shift import ShiftResult, Truncation, shift_context
+from contextshift.result import ShiftResult, Truncation
+from contextshift.shift import shift_context
 
 if TYPE_CHECKING:
     import grpc
 
     from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
     from contextshift.audit import maintenance
+    from contextshift.client import Client, ServiceError
 
 API_KEY_ENV = "CONTEXTSHIFT_API_KEY"
 # Measured on 2 cores: reading, parsing and counting (or shifting) 8 MiB of JSON takes about 0.15 s
@@ -100,34 +102,16 @@ def _read_bytes(path: Path) -> bytes:
         raise UsageError(f"{path}: {e.strerror or e}") from None
 
 
-def _refuse_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different (`json` would keep the last of a repeated key,
-    where a provider's parser may read the other value)."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"duplicate key {key!r} in a JSON object")
-        seen[key] = value
-    return seen
-
-
 def load_blocks(text: str, source: str) -> list[Any]:
-    """A JSON list of blocks, or a request body holding one: `blocks`, `messages` (OpenAI chat,
-    Anthropic, whose top-level `system` string becomes a system block) or `input` (Responses)."""
+    """The blocks of a file (`request_body`: a JSON list of blocks, or a request body holding one)."""
     try:
-        data = json.loads(text, object_pairs_hook=_refuse_repeated_keys)
+        data = request_body.parse_json(text)
     except ValueError as e:
         raise UsageError(f"{source}: not JSON: {e}") from None
-    if isinstance(data, list):
-        return data
-    if isinstance(data, dict):
-        for key in ("blocks", "messages", "input"):
-            if isinstance(data.get(key), list):
-                blocks: list[Any] = list(data[key])
-                if key == "messages" and isinstance(data.get("system"), str):
-                    blocks.insert(0, {"role": "system", "content": data["system"]})
-                return blocks
-    raise UsageError(f"{source}: expected a JSON list of blocks or an object with blocks/messages/input")
+    blocks = request_body.blocks_in(data)
+    if blocks is None:
+        raise UsageError(f"{source}: expected a JSON list of blocks or an object with blocks/messages/input")
+    return blocks
 
 
 def _waiting(what: str, size: int) -> AbstractContextManager[Any]:
@@ -320,17 +304,21 @@ def _api_key(args: argparse.Namespace) -> str | None:
 class ServerFailed(Exception):
     """A call to the server failed other than with an error of the library (exit code 1)."""
 
-    def __init__(self, error: grpc.RpcError, what: str) -> None:
-        import grpc
-
-        code, details = error.code(), error.details()
-        if code == grpc.StatusCode.UNIMPLEMENTED:
+    def __init__(self, error: ServiceError, what: str) -> None:
+        code, details = error.code().name, error.details()
+        if code == "UNIMPLEMENTED":
             message = f"the server cannot {what} yet: {details}"
-        elif code == grpc.StatusCode.UNAUTHENTICATED:
+        elif code == "UNAUTHENTICATED":
             message = f"{details} (give --api-key or ${API_KEY_ENV})"
         else:
-            message = f"{code.name}: {details}"
+            message = f"{code}: {details}"
         super().__init__(message)
+
+
+def _client(args: argparse.Namespace) -> Client:
+    from contextshift.client import Client  # grpc is loaded only to talk to a server
+
+    return Client(channel=_channel(args), api_key=_api_key(args))
 
 
 # --- commands ---------------------------------------------------------------------------------
@@ -375,11 +363,9 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
             options=_options(args),
             tools=_tools(args),
         )
-    import grpc
+    from contextshift.client import ServiceError
 
-    from contextshift.client import Client
-
-    with Client(channel=_channel(args), api_key=_api_key(args)) as client:
+    with _client(args) as client:
         try:
             return client.preview_context(
                 blocks,
@@ -391,7 +377,7 @@ def _shift(args: argparse.Namespace, blocks: list[Any]) -> ShiftResult:
                 tools=_tools(args),
                 timeout=600,
             )
-        except grpc.RpcError as error:  # what the client does not raise as the library's errors
+        except ServiceError as error:  # what the client does not raise as the library's errors
             raise ServerFailed(error, "preview") from error
 
 
@@ -447,22 +433,14 @@ def audit_rows(audit: pb.ContextAudit) -> list[Row]:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    import grpc
-
     from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-    from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
+    from contextshift.client import ServiceError
 
-    key = _api_key(args)
-    metadata = (("authorization", f"Bearer {key}"),) if key else None
-    with _channel(args) as channel:
-        stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    with _client(args) as client:
         try:
-            response = stub.GetContextAudit(
-                pb.GetContextAuditRequest(chat_id=args.chat_id), metadata=metadata, timeout=30
-            )
-        except grpc.RpcError as error:
+            audit = client.get_context_audit(args.chat_id, timeout=30)
+        except ServiceError as error:
             raise ServerFailed(error, "show audits") from error
-    audit = response.audit
     plan = audit.plan
     console = stdout()
     print_decisions(console, audit_rows(audit), content=False)

@@ -5,8 +5,14 @@
 
 Blocks go as JSON text (`blocks_json`, parsed by the server's engine), so any shape the library
 accepts works. Results come back as `ShiftResult` (with the server's extras), and the service's
-errors are raised as the library's: `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`.
-Other failures (unavailable, deadline, an unknown generation's NOT_FOUND, ...) stay `grpc.RpcError`.
+errors are raised as the library's, chosen by the ErrorInfo reason the server gives
+(`contextshift.errors.ErrorReason`): `TokenBudgetExceeded`, `InvalidBlocks`, `InvalidOptions`,
+`InvalidTools`, `InvalidInput`. Any other failure (a stale generation, a full store, unavailable,
+a deadline, NOT_FOUND, ...) is a `ServiceError`: a `grpc.RpcError` with its `code()` and
+`details()`, and the server's `reason` and `metadata` when it gave them.
+
+Every RPC of the service has its method, on `Client` and on `AsyncClient` alike; the store's
+(audits, history, model configurations) return the response's messages as the .proto defines them.
 
 A server with API keys needs `api_key=` (sent as `authorization: Bearer <key>` on every call); one
 with TLS needs `credentials=grpc.ssl_channel_credentials(...)` (with a client certificate for mutual
@@ -23,10 +29,11 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, TypeVar, Unpack, cast
 
 import grpc
 from google.protobuf import json_format, struct_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2
 from grpc import aio
 from grpc_status import rpc_status
@@ -37,10 +44,19 @@ from contextshift.budget import Budget
 from contextshift.calibration import Calibration
 from contextshift.diagnostics import CompactionUsage, Diagnostic
 from contextshift.engine import BlockDecision
-from contextshift.errors import InvalidBlocks, InvalidInput, InvalidOptions, InvalidTools, TokenBudgetExceeded
+from contextshift.errors import (
+    ContextShiftError,
+    ErrorReason,
+    InvalidBlocks,
+    InvalidInput,
+    InvalidOptions,
+    InvalidTools,
+    TokenBudgetExceeded,
+)
 from contextshift.options import OptionSpec
+from contextshift.profile_bench import Accuracy, Report, Throughput
 from contextshift.profiles import ProfileInfo
-from contextshift.shift import ShiftResult, Truncation
+from contextshift.result import ShiftResult, Truncation
 from contextshift.strategies import Relevance, Summary
 
 _STRING_FIELDS = {"profile", "strategy", "model", "provider", "chat_id", "generation_id"}
@@ -314,34 +330,102 @@ def _finish_result(response: pb.FinishGenerationResponse) -> FinishResult:
     )
 
 
+def _report(response: pb.BenchmarkProfilesResponse) -> Report:
+    def fields(message: Message) -> dict[str, Any]:
+        return {f.name: getattr(message, f.name) for f in message.DESCRIPTOR.fields}
+
+    return Report(
+        response.documents,
+        response.messages,
+        response.bytes,
+        [Throughput(**fields(t)) for t in response.throughput],
+        [Accuracy(**fields(a)) for a in response.accuracy],
+        dict(response.skipped),
+    )
+
+
+MODEL_ROLES = {"": pb.MODEL_ROLE_UNSPECIFIED, "main": pb.MODEL_ROLE_MAIN, "fast": pb.MODEL_ROLE_FAST}
+
+
+def _role(role: str) -> pb.ModelRole.ValueType:
+    if role not in MODEL_ROLES:
+        raise InvalidOptions([("role", f"unknown role {role!r} (main or fast)")])
+    return MODEL_ROLES[role]
+
+
+class AppendArgs(TypedDict, total=False):
+    """Keyword arguments of `append_blocks`: the profile to count with, or a model naming it."""
+
+    profile: str
+    model: str
+    timeout: float | None
+
+
+def _append_request(chat_id: str, blocks: Blocks, args: AppendArgs) -> pb.AppendBlocksRequest:
+    text = _request(blocks, {})["blocks_json"]
+    return pb.AppendBlocksRequest(
+        chat_id=chat_id, blocks_json=text, profile=args.get("profile", ""), model=args.get("model", "")
+    )
+
+
+class ServiceError(ContextShiftError, grpc.RpcError):
+    """An error the service answered with that no library error stands for: its status `code()`
+    and `details()` (a `grpc.RpcError`, as grpc raises them), and the ErrorInfo `reason` (an
+    `ErrorReason`'s value, or "" when the server gave none) and `metadata`."""
+
+    def __init__(
+        self, code: grpc.StatusCode, details: str, reason: str = "", metadata: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code = code
+        self._details = details
+        self.reason = reason
+        self.metadata = dict(metadata or {})
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+def _token_budget_exceeded(metadata: Mapping[str, str]) -> TokenBudgetExceeded:
+    return TokenBudgetExceeded(
+        int(metadata["protected_tokens"]), int(metadata["budget"]), int(metadata.get("tools_tokens", "0"))
+    )
+
+
+# The library's errors by the ErrorInfo reason the server answers them with.
+_INVALID = {kind.code: kind for kind in (InvalidInput, InvalidBlocks, InvalidOptions, InvalidTools)}
+
+
 def library_error(error: grpc.RpcError) -> Exception:
-    """The library exception a service error stands for, or the error itself."""
-    status = rpc_status.from_call(error)  # type: ignore[arg-type]  # an RpcError from a call is a Call
+    """The exception a service error stands for: the library's, by the ErrorInfo reason (bad
+    input, with the BadRequest's fields), else a `ServiceError`."""
+    call = cast(grpc.Call, error)  # raised by a call: grpc's or grpc.aio's, both with code() and details()
+    status = rpc_status.from_call(call)
+    info = error_details_pb2.ErrorInfo()
+    violations: list[tuple[str, str]] = []
     for detail in status.details if status else []:
         if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-            info = error_details_pb2.ErrorInfo()
             detail.Unpack(info)
-            if info.reason == TokenBudgetExceeded.code:
-                return TokenBudgetExceeded(
-                    int(info.metadata["protected_tokens"]),
-                    int(info.metadata["budget"]),
-                    int(info.metadata.get("tools_tokens", "0")),
-                )
-        if detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
+        elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
             bad = error_details_pb2.BadRequest()
             detail.Unpack(bad)
             violations = [(v.field, v.description) for v in bad.field_violations]
-            kind: type[InvalidInput] = InvalidOptions
-            if all(field.startswith(("blocks", "items")) for field, _ in violations):
-                kind = InvalidBlocks
-            elif all(field.startswith("tools_json") for field, _ in violations):
-                kind = InvalidTools
-            return kind(violations)
-    return error
+    if info.reason == ErrorReason.TOKEN_BUDGET_EXCEEDED:
+        return _token_budget_exceeded(info.metadata)
+    if info.reason in _INVALID:
+        return _INVALID[ErrorReason(info.reason)](violations)
+    return ServiceError(call.code(), call.details() or "", info.reason, info.metadata)
 
 
 def _metadata(api_key: str | None) -> tuple[tuple[str, str], ...] | None:
     return (("authorization", f"Bearer {api_key}"),) if api_key else None
+
+
+Request = TypeVar("Request", bound=Message)
+Reply = TypeVar("Reply", bound=Message)
 
 
 class Client:
@@ -377,54 +461,40 @@ class Client:
     def close(self) -> None:
         self._channel.close()
 
-    def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
-        """As `contextshift.shift_context`, on the server; see `ShiftArgs`."""
+    def _call(
+        self, method: grpc.UnaryUnaryMultiCallable[Request, Reply], request: Request, timeout: float | None
+    ) -> Reply:
+        """The one way every method calls the service: the key, the deadline, the errors."""
         try:
-            response = self._stub.ShiftContext(
-                pb.ShiftContextRequest(**_request(blocks, args)),
-                metadata=self._metadata,
-                timeout=args.get("timeout"),
-            )
+            return method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
             raise library_error(e) from e
+
+    def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
+        """As `contextshift.shift_context`, on the server; see `ShiftArgs`."""
+        request = pb.ShiftContextRequest(**_request(blocks, args))
+        response = self._call(self._stub.ShiftContext, request, args.get("timeout"))
         return _result(response.plan, response.generation_id)
 
     def preview_context(self, blocks: Blocks, **args: Unpack[PreviewArgs]) -> RemoteShiftResult:
         """As `shift_context`, writing nothing on the server."""
-        try:
-            response = self._stub.PreviewContext(
-                pb.PreviewContextRequest(**_request(blocks, args)),
-                metadata=self._metadata,
-                timeout=args.get("timeout"),
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
-        return _result(response.plan)
+        request = pb.PreviewContextRequest(**_request(blocks, args))
+        return _result(self._call(self._stub.PreviewContext, request, args.get("timeout")).plan)
 
     def count_tokens(
         self, texts: Sequence[str], profile: str = "", *, model: str = "", timeout: float | None = None
     ) -> list[int]:
         """Tokens of each text."""
-        try:
-            return list(
-                self._stub.CountTokens(
-                    _count_request(texts, profile, model), metadata=self._metadata, timeout=timeout
-                ).counts
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
+        return list(self._call(self._stub.CountTokens, _count_request(texts, profile, model), timeout).counts)
 
     def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
         """Every profile the server counts with, as `contextshift.profiles.list_profiles()` gives."""
-        response = self._stub.ListTokenizerProfiles(
-            pb.ListTokenizerProfilesRequest(), metadata=self._metadata, timeout=timeout
-        )
+        response = self._call(self._stub.ListTokenizerProfiles, pb.ListTokenizerProfilesRequest(), timeout)
         return [_profile_info(p) for p in response.profiles]
 
     def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
         """The strategies the server offers, with their options."""
-        request = pb.ListStrategiesRequest()
-        return _strategies(self._stub.ListStrategies(request, metadata=self._metadata, timeout=timeout))
+        return _strategies(self._call(self._stub.ListStrategies, pb.ListStrategiesRequest(), timeout))
 
     def finish_generation(
         self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
@@ -433,12 +503,55 @@ class Client:
         "cancelled") and the provider's prompt tokens, which calibrate the model's approximate
         counts; see `FinishArgs`."""
         request = _finish_request(generation_id, status, args)
-        try:
-            return _finish_result(
-                self._stub.FinishGeneration(request, metadata=self._metadata, timeout=args.get("timeout"))
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
+        return _finish_result(self._call(self._stub.FinishGeneration, request, args.get("timeout")))
+
+    def get_context_audit(self, chat_id: str, *, timeout: float | None = None) -> pb.ContextAudit:
+        """The chat's last audit (`ServiceError` NOT_FOUND when it has none)."""
+        return self._call(
+            self._stub.GetContextAudit, pb.GetContextAuditRequest(chat_id=chat_id), timeout
+        ).audit
+
+    def delete_chat(self, chat_id: str, *, timeout: float | None = None) -> bool:
+        """Deletes the chat's audit, generations, history and counts; whether it had any."""
+        return bool(self._call(self._stub.DeleteChat, pb.DeleteChatRequest(chat_id=chat_id), timeout).deleted)
+
+    def append_blocks(
+        self, chat_id: str, blocks: Blocks, **args: Unpack[AppendArgs]
+    ) -> pb.AppendBlocksResponse:
+        """Stores `blocks` at the end of the chat's history, counted (`use_stored_history`)."""
+        return self._call(
+            self._stub.AppendBlocks, _append_request(chat_id, blocks, args), args.get("timeout")
+        )
+
+    def set_model_config(self, config: pb.ModelConfig, *, timeout: float | None = None) -> pb.ModelConfig:
+        """Creates or replaces a model's stored configuration; the configuration stored."""
+        return self._call(self._stub.SetModelConfig, pb.SetModelConfigRequest(config=config), timeout).config
+
+    def get_model_config(
+        self, model: str = "", *, role: str = "", timeout: float | None = None
+    ) -> pb.ModelConfig:
+        """A model's stored configuration, or the one holding `role` ("main" or "fast")."""
+        request = pb.GetModelConfigRequest(model=model, role=_role(role))
+        return self._call(self._stub.GetModelConfig, request, timeout).config
+
+    def list_model_configs(self, *, timeout: float | None = None) -> list[pb.ModelConfig]:
+        """Every stored model configuration of the caller's tenant."""
+        return list(self._call(self._stub.ListModelConfigs, pb.ListModelConfigsRequest(), timeout).configs)
+
+    def delete_model_config(self, model: str, *, timeout: float | None = None) -> bool:
+        """Deletes a model's stored configuration; whether there was one."""
+        return bool(
+            self._call(
+                self._stub.DeleteModelConfig, pb.DeleteModelConfigRequest(model=model), timeout
+            ).deleted
+        )
+
+    def benchmark_profiles(
+        self, documents: Sequence[str] = (), profiles: Sequence[str] = (), *, timeout: float | None = None
+    ) -> Report:
+        """`contextshift bench-profiles` on the server, on these documents (none: its sample corpus)."""
+        request = pb.BenchmarkProfilesRequest(documents=documents, profiles=profiles)
+        return _report(self._call(self._stub.BenchmarkProfiles, request, timeout))
 
 
 class AsyncClient:
@@ -474,58 +587,84 @@ class AsyncClient:
     async def close(self) -> None:
         await self._channel.close()
 
-    async def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
+    async def _call(
+        self, method: aio.UnaryUnaryMultiCallable[Request, Reply], request: Request, timeout: float | None
+    ) -> Reply:
+        """The one way every method calls the service: the key, the deadline, the errors."""
         try:
-            response = await self._stub.ShiftContext(
-                pb.ShiftContextRequest(**_request(blocks, args)),
-                metadata=self._metadata,
-                timeout=args.get("timeout"),
-            )
+            return await method(request, metadata=self._metadata, timeout=timeout)
         except grpc.RpcError as e:
             raise library_error(e) from e
+
+    async def shift_context(self, blocks: Blocks, **args: Unpack[ShiftArgs]) -> RemoteShiftResult:
+        request = pb.ShiftContextRequest(**_request(blocks, args))
+        response = await self._call(self._stub.ShiftContext, request, args.get("timeout"))
         return _result(response.plan, response.generation_id)
 
     async def preview_context(self, blocks: Blocks, **args: Unpack[PreviewArgs]) -> RemoteShiftResult:
-        try:
-            response = await self._stub.PreviewContext(
-                pb.PreviewContextRequest(**_request(blocks, args)),
-                metadata=self._metadata,
-                timeout=args.get("timeout"),
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
-        return _result(response.plan)
+        request = pb.PreviewContextRequest(**_request(blocks, args))
+        return _result((await self._call(self._stub.PreviewContext, request, args.get("timeout"))).plan)
 
     async def count_tokens(
         self, texts: Sequence[str], profile: str = "", *, model: str = "", timeout: float | None = None
     ) -> list[int]:
-        try:
-            response = await self._stub.CountTokens(
-                _count_request(texts, profile, model), metadata=self._metadata, timeout=timeout
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
-        return list(response.counts)
+        return list(
+            (await self._call(self._stub.CountTokens, _count_request(texts, profile, model), timeout)).counts
+        )
 
     async def list_profiles(self, *, timeout: float | None = None) -> list[ProfileInfo]:
-        response = await self._stub.ListTokenizerProfiles(
-            pb.ListTokenizerProfilesRequest(), metadata=self._metadata, timeout=timeout
+        response = await self._call(
+            self._stub.ListTokenizerProfiles, pb.ListTokenizerProfilesRequest(), timeout
         )
         return [_profile_info(p) for p in response.profiles]
 
     async def list_strategies(self, *, timeout: float | None = None) -> StrategyListing:
-        request = pb.ListStrategiesRequest()
-        return _strategies(await self._stub.ListStrategies(request, metadata=self._metadata, timeout=timeout))
+        return _strategies(await self._call(self._stub.ListStrategies, pb.ListStrategiesRequest(), timeout))
 
     async def finish_generation(
         self, generation_id: str, status: str = "completed", **args: Unpack[FinishArgs]
     ) -> FinishResult:
         request = _finish_request(generation_id, status, args)
-        try:
-            return _finish_result(
-                await self._stub.FinishGeneration(
-                    request, metadata=self._metadata, timeout=args.get("timeout")
-                )
-            )
-        except grpc.RpcError as e:
-            raise library_error(e) from e
+        return _finish_result(await self._call(self._stub.FinishGeneration, request, args.get("timeout")))
+
+    async def get_context_audit(self, chat_id: str, *, timeout: float | None = None) -> pb.ContextAudit:
+        request = pb.GetContextAuditRequest(chat_id=chat_id)
+        return (await self._call(self._stub.GetContextAudit, request, timeout)).audit
+
+    async def delete_chat(self, chat_id: str, *, timeout: float | None = None) -> bool:
+        return bool(
+            (await self._call(self._stub.DeleteChat, pb.DeleteChatRequest(chat_id=chat_id), timeout)).deleted
+        )
+
+    async def append_blocks(
+        self, chat_id: str, blocks: Blocks, **args: Unpack[AppendArgs]
+    ) -> pb.AppendBlocksResponse:
+        request = _append_request(chat_id, blocks, args)
+        return await self._call(self._stub.AppendBlocks, request, args.get("timeout"))
+
+    async def set_model_config(
+        self, config: pb.ModelConfig, *, timeout: float | None = None
+    ) -> pb.ModelConfig:
+        request = pb.SetModelConfigRequest(config=config)
+        return (await self._call(self._stub.SetModelConfig, request, timeout)).config
+
+    async def get_model_config(
+        self, model: str = "", *, role: str = "", timeout: float | None = None
+    ) -> pb.ModelConfig:
+        request = pb.GetModelConfigRequest(model=model, role=_role(role))
+        return (await self._call(self._stub.GetModelConfig, request, timeout)).config
+
+    async def list_model_configs(self, *, timeout: float | None = None) -> list[pb.ModelConfig]:
+        return list(
+            (await self._call(self._stub.ListModelConfigs, pb.ListModelConfigsRequest(), timeout)).configs
+        )
+
+    async def delete_model_config(self, model: str, *, timeout: float | None = None) -> bool:
+        request = pb.DeleteModelConfigRequest(model=model)
+        return bool((await self._call(self._stub.DeleteModelConfig, request, timeout)).deleted)
+
+    async def benchmark_profiles(
+        self, documents: Sequence[str] = (), profiles: Sequence[str] = (), *, timeout: float | None = None
+    ) -> Report:
+        request = pb.BenchmarkProfilesRequest(documents=documents, profiles=profiles)
+        return _report(await self._call(self._stub.BenchmarkProfiles, request, timeout))

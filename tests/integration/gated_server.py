@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import contextshift
 from contextshift import cli
+from contextshift.api.service import shifts
 from contextshift.audit.sql import SqlStore
 
 GATE = Path(os.environ["CONTEXTSHIFT_TEST_GATE"])
@@ -35,6 +35,6 @@ def gated(call: Callable[..., Any]) -> Callable[..., Any]:
 if os.environ.get("CONTEXTSHIFT_TEST_GATE_AT") == "record_shift":
     SqlStore.record_shift = gated(SqlStore.record_shift)  # type: ignore[method-assign]
 else:
-    contextshift.shift_context = gated(contextshift.shift_context)  # the servicer calls it through the module
+    shifts.shift_context = gated(shifts.shift_context)  # the service calls the library from there
 # Every call goes to the engine threads, where a held call leaves the event loop free.
 sys.exit(cli.main(["serve", "--inline-request-bytes", "0", *sys.argv[1:]]))

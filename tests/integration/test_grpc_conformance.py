@@ -66,8 +66,10 @@ def test_undecodable_bytes_are_invalid_argument_on_every_rpc_logged_and_counted(
     )
     assert error.details() == f"request: {expected}"
     detail = dict(error.trailing_metadata() or ())["grpc-status-details-bin"]
-    bad = error_details_pb2.BadRequest()
-    status_pb2.Status.FromString(detail).details[0].Unpack(bad)
+    info, bad = error_details_pb2.ErrorInfo(), error_details_pb2.BadRequest()
+    first, second = status_pb2.Status.FromString(detail).details
+    assert first.Unpack(info) and second.Unpack(bad)
+    assert info.reason == "INVALID_INPUT"
     assert [(v.field, v.description) for v in bad.field_violations] == [("request", expected)]
     # Logged as a call, and counted under its own status.
     assert requests_counted(server, path, "INVALID_ARGUMENT") == before + 1

@@ -110,7 +110,8 @@ def details(error: grpc.RpcError) -> tuple[grpc.StatusCode, list[Any]]:
 def violations(error: grpc.RpcError) -> dict[str, str]:
     code, found = details(error)
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    (bad,) = found
+    info, bad = found  # the library error's reason (what a client raises), then the fields
+    assert info.reason.startswith("INVALID_") and info.domain == "contextshift.v1", info
     return {v.field: v.description for v in bad.field_violations}
 
 

@@ -25,8 +25,10 @@ from starlette.routing import Mount, Route
 from contextshift import profiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
-from contextshift.api.http import OPERATIONS, HttpApi
-from contextshift.api.servicer import ContextShiftServicer
+from contextshift.api.http.app import HttpApi
+from contextshift.api.http.routes import OPERATIONS
+from contextshift.api.service import calls
+from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit import open_store
 from contextshift.budget import Budget
 
@@ -250,7 +252,9 @@ def test_bad_input_is_400_naming_the_field(
     error = error_of(http.post("/api/v2/context-preview", json=body), 400, "INVALID_ARGUMENT")
     found = {v["field"]: v["description"] for v in error["field_violations"]}
     assert field in found and description in found[field], found
-    (bad,) = error["details"]
+    info, bad = error["details"]
+    assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    assert info["reason"] == error["reason"] and error["reason"].startswith("INVALID_")
     assert bad["@type"] == "type.googleapis.com/google.rpc.BadRequest"
 
 
@@ -407,8 +411,8 @@ def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp
     documented = {(path, method.upper()) for path, item in document["paths"].items() for method in item}
     with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
         store = open_store(f"sqlite:///{tmp_path}/routes.db")
-        servicer = ContextShiftServicer(executor, Budget(), store)
-        app = HttpApi(servicer, keys=None, max_request_bytes=1024, max_concurrent_calls=1).app()
+        service = ContextShiftService(executor, Budget(), store)
+        app = HttpApi(service, calls.Gate(None, max_in_flight=1), max_request_bytes=1024).app()
     routes = {
         (route.path, method)
         for route in app.routes

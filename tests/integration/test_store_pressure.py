@@ -23,7 +23,7 @@ from postgres_cluster import Cluster, running_cluster
 from test_store import BACKENDS, store_url
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import audits
+from contextshift.api.service import audits
 from contextshift.audit import open_store
 from contextshift.audit.store import CLAIM_SLACK_BYTES
 

@@ -22,7 +22,7 @@ import pytest
 from test_store import BACKENDS, store_url, threads
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import audits
+from contextshift.api.service import audits
 from contextshift.audit import open_store
 
 from .conftest import ServerProcess, serving, start_server

@@ -22,7 +22,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoRe
 import contextshift
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
-from contextshift.api.http import OPERATIONS
+from contextshift.api.http.routes import OPERATIONS
 
 from .conftest import ServerProcess, start_server
 from .test_grpc_service import AS_JSON

@@ -22,10 +22,10 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import grpc
+from google.rpc import code_pb2
 
 from contextshift.api.config import ConfigError
-from contextshift.api.errors import RequestError
+from contextshift.api.service.errors import RequestError
 
 NO_TENANT = ""  # every caller's tenant when the server has no keys
 MIN_KEY_LENGTH = 16
@@ -72,19 +72,19 @@ class ApiKeys:
         message never repeats what was sent)."""
         if not authorization:
             raise RequestError(
-                grpc.StatusCode.UNAUTHENTICATED,
+                code_pb2.UNAUTHENTICATED,
                 "this server needs an API key: send `authorization: Bearer <key>`",
             )
         scheme, _, key = authorization.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
-            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, "authorization must be `Bearer <key>`")
+            raise RequestError(code_pb2.UNAUTHENTICATED, "authorization must be `Bearer <key>`")
         presented = _digest(key.strip())
         found = None
         for digest, tenant in self._entries:  # all of them, whatever matches
             if hmac.compare_digest(digest, presented):
                 found = tenant
         if found is None:
-            raise RequestError(grpc.StatusCode.UNAUTHENTICATED, "the API key is not valid")
+            raise RequestError(code_pb2.UNAUTHENTICATED, "the API key is not valid")
         return found
 
 

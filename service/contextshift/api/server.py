@@ -24,40 +24,36 @@ import asyncio
 import contextlib
 import functools
 import gc
-import json
 import logging
-import math
 import os
 import shutil
 import signal
 import socket
-import ssl
-import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-import h11
 import uvicorn
 from google.protobuf import descriptor_pool
-from google.protobuf.descriptor import FileDescriptor
 from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from starlette.applications import Starlette
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
-from contextshift._proto.contextshift.v1 import context_service_pb2
-from contextshift.api import metrics, model_configs, tls
+from contextshift.api import metrics, tls
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ServerConfig
-from contextshift.api.http import HttpApi
-from contextshift.api.interceptors import ErrorsAndLogging, JsonFormatter
-from contextshift.api.servicer import ContextShiftServicer, add_context_service, add_echo_service
+from contextshift.api.grpc.echo import ECHO_SERVICE, add_echo_service
+from contextshift.api.grpc.interceptor import GateInterceptor
+from contextshift.api.grpc.services import CONTEXT_SERVICE, MethodResolvingPool, add_context_service
+from contextshift.api.http import serving
+from contextshift.api.http.app import HttpApi
+from contextshift.api.logs import setup_logging
+from contextshift.api.service import model_configs
+from contextshift.api.service.calls import Gate
+from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit import open_store, redacted
 from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
 from contextshift.budget import Budget
@@ -68,41 +64,6 @@ log = logging.getLogger("contextshift.api")
 
 PRUNE_INTERVAL_SECONDS = 3600.0
 RETENTION_BATCH = 500  # idle chats listed at a time
-
-SERVICE = context_service_pb2.DESCRIPTOR.services_by_name["ContextShiftService"].full_name
-ECHO_SERVICE = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"].full_name
-
-
-def setup_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("contextshift")
-    logger.handlers[:] = [handler]
-    logger.setLevel(level.upper())
-    logger.propagate = False
-
-
-class MethodResolvingPool:
-    """The default descriptor pool as server reflection reads it, where `file_containing_symbol`
-    also finds a method by its full name (`contextshift.v1.ContextShiftService.ShiftContext`), as
-    the reflection protocol allows and clients such as ghz ask; the pool itself knows only
-    messages, enums, services and fields by name."""
-
-    def __init__(self) -> None:
-        self._pool = descriptor_pool.Default()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pool, name)
-
-    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:
-        try:
-            return self._pool.FindFileContainingSymbol(symbol)
-        except KeyError:
-            service_name, _, method = symbol.rpartition(".")
-            service = self._pool.FindServiceByName(service_name)  # KeyError: NOT_FOUND
-            if method not in service.methods_by_name:
-                raise
-            return service.file
 
 
 @dataclass(frozen=True)
@@ -116,73 +77,6 @@ class Security:
     def load(cls, config: ServerConfig) -> Security:
         """Raises ConfigError for a file that cannot be read or a malformed key or certificate."""
         return cls(load_keys(config.api_keys_file, config.api_keys), tls.load(config))
-
-
-class HeaderTimeoutH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol (h11), closing a connection whose request headers have not all
-    arrived `header_timeout` seconds after it opened or after its last answer: uvicorn itself has
-    no such limit (a header that never ends held a connection for as long as the client liked).
-    A request begun and not finished gets a 408 with a google.rpc.Status body first; an idle
-    connection is closed without a word, as a keep-alive timeout closes it."""
-
-    header_timeout = 5.0
-    _header_timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]  # uvicorn narrows it
-        self._await_headers()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if self.conn.their_state is not h11.IDLE:  # the headers are in: a request is under way
-            self._stop_header_timer()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self._await_headers()  # the next request's
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_header_timer()
-        super().connection_lost(exc)
-
-    def _await_headers(self) -> None:
-        self._stop_header_timer()
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_timed_out)
-
-    def _stop_header_timer(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_timed_out(self) -> None:
-        self._header_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        if self.conn.trailing_data[0]:  # part of a request came
-            message = f"the request's headers did not arrive within {self.header_timeout:g} s"
-            body = json.dumps(
-                {"error": {"code": 408, "status": "DEADLINE_EXCEEDED", "message": message, "details": []}}
-            ).encode()
-            head = (
-                "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-            )
-            self.transport.write(head.encode() + body)
-        self.transport.close()
-
-
-def header_timeout_protocol(seconds: float) -> type[HeaderTimeoutH11]:
-    """`HeaderTimeoutH11` with this server's header timeout (uvicorn makes the protocol itself)."""
-    return type("HeaderTimeoutH11", (HeaderTimeoutH11,), {"header_timeout": seconds})
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without signal handlers of its own: the gRPC server's stop stops it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 class BindError(Exception):
@@ -323,35 +217,6 @@ def _configure_compaction(config: ServerConfig) -> llm.LoopTransport | None:
     return transport
 
 
-async def _start_http(
-    app: Starlette, config: ServerConfig, sock: socket.socket, security: Security
-) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    tls_files = security.tls
-    http = _Uvicorn(
-        uvicorn.Config(
-            app,
-            http=header_timeout_protocol(config.http_header_timeout_seconds),
-            ws="none",
-            lifespan="off",
-            log_config=None,
-            access_log=False,  # each call is logged by `interceptors.end_call`
-            server_header=False,
-            timeout_graceful_shutdown=math.ceil(config.grace_seconds),  # uvicorn takes whole seconds
-            ssl_certfile=tls_files.cert_file if tls_files else None,
-            ssl_keyfile=tls_files.key_file if tls_files else None,
-            ssl_ca_certs=tls_files.client_ca_file if tls_files else None,
-            ssl_cert_reqs=tls_files.client_cert_reqs if tls_files else ssl.CERT_NONE,
-        )
-    )
-    task = asyncio.create_task(http.serve(sockets=[sock]))
-    while not http.started:  # serve() has no hook for "listening"
-        if task.done():
-            task.result()  # raises why it stopped
-            raise RuntimeError("the HTTP server stopped while starting")
-        await asyncio.sleep(0.005)
-    return http, task
-
-
 async def start(
     config: ServerConfig, port: int, http_port: int | None = None, security: Security | None = None
 ) -> Server:
@@ -362,7 +227,7 @@ async def start(
     # Bound first: a taken HTTP port fails before anything else runs.
     http_sock = _listen(config.host, config.http_port if http_port is None else http_port, config.workers > 1)
     server = aio.server(
-        interceptors=[ErrorsAndLogging(security.keys)],
+        interceptors=[GateInterceptor(Gate(security.keys))],  # gRPC bounds its calls in flight itself
         options=[
             ("grpc.so_reuseport", 1 if config.workers > 1 else 0),
             ("grpc.max_receive_message_length", config.max_request_bytes),
@@ -382,7 +247,7 @@ async def start(
     metrics.watch_store(store, max_bytes=config.max_store_bytes)
     await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
     defaults = Budget(config.context_size, config.max_output_tokens)
-    servicer = ContextShiftServicer(
+    service = ContextShiftService(
         executor,
         defaults,
         store,
@@ -391,12 +256,12 @@ async def start(
         io_executor=io_executor,
         store_cache_seconds=config.store_cache_seconds,
     )
-    add_context_service(servicer, server)
+    add_context_service(service, server)
     compaction = _configure_compaction(config)
-    services = [SERVICE]
+    services = [CONTEXT_SERVICE.full_name]
     if config.bench_echo:
         add_echo_service(server)
-        services.append(ECHO_SERVICE)
+        services.append(ECHO_SERVICE.full_name)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -406,10 +271,9 @@ async def start(
     )
 
     api = HttpApi(
-        servicer,
-        keys=security.keys,
+        service,
+        Gate(security.keys, config.max_concurrent_rpcs),
         max_request_bytes=config.max_request_bytes,
-        max_concurrent_calls=config.max_concurrent_rpcs,
     )
     app = api.app()
 
@@ -424,7 +288,7 @@ async def start(
         raise BindError("port", config.host, port, "in use, or not an address of this machine") from None
     await server.start()
     try:
-        http, http_task = await _start_http(app, config, http_sock, security)
+        http, http_task = await serving.start(app, config, http_sock, security.tls)
     except BaseException:
         await server.stop(None)
         raise

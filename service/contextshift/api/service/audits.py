@@ -12,17 +12,20 @@ messages when the server runs with `audit_messages = false`.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lz4.frame
 
 from contextshift import engine
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.convert import Shifted, timestamp
+from contextshift.api.service.ids import timestamp
 from contextshift.audit.provider_errors import ErrorCode
 from contextshift.audit.store import Generation, Status, StoredAudit
 from contextshift.cache_stable import PreviousPrompt
-from contextshift.shift import ShiftResult
+from contextshift.result import ShiftResult
+
+if TYPE_CHECKING:  # shifts reads previous prompts through the store view, which reads audits
+    from contextshift.api.service.shifts import Shifted
 
 STATUSES = {
     Status.PENDING: pb.GENERATION_STATUS_PENDING,

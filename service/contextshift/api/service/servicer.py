@@ -23,48 +23,31 @@ import asyncio
 import contextlib
 import functools
 import logging
-import math
-import time
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import grpc
-from google.protobuf import message_factory
-from google.protobuf.descriptor import ServiceDescriptor
-from grpc import aio
+from google.rpc import code_pb2
 
-from contextshift import engine, plugins, profiles
-from contextshift._proto.contextshift.bench.v1 import echo_service_pb2
+from contextshift import engine, history, plugins, profiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api import audits, convert, history, metrics, model_configs, rules
+from contextshift.api import metrics, rules
 from contextshift.api.auth import current_tenant
-from contextshift.api.errors import RequestError, invalid
-from contextshift.api.interceptors import call_stats
-from contextshift.api.read_cache import CacheMiss, ReadCache
+from contextshift.api.service import audits, counting, ids, listings, model_configs, shifts
+from contextshift.api.service.blocks import block_dict, typed_field
+from contextshift.api.service.calls import call_stats
+from contextshift.api.service.errors import RequestError, bad_fields, invalid
+from contextshift.api.service.read_cache import CacheMiss, ReadCache
+from contextshift.api.service.requests import ShiftRequest, resolve_model
+from contextshift.api.service.store_view import Caches, TenantStore
 from contextshift.audit.provider_errors import ErrorCode, normalize
-from contextshift.audit.store import (
-    ModelConfig,
-    NotFound,
-    Report,
-    Role,
-    Status,
-    Store,
-    StoredBlock,
-    StoreError,
-    StoreUnavailable,
-    now_ms,
-)
+from contextshift.audit.store import NotFound, Report, Role, Status, Store, StoredBlock, StoreError, now_ms
 from contextshift.budget import Budget
-from contextshift.cache_stable import PreviousPrompt
 from contextshift.calibration import ALPHA, Calibration
-from contextshift.errors import FieldViolation, InvalidInput
-from contextshift.profiles import ProfileInfo, list_profiles
+from contextshift.errors import FieldViolation
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
-Context = aio.ServicerContext[Any, Any]
 
 log = logging.getLogger("contextshift.api")
 
@@ -72,32 +55,11 @@ log = logging.getLogger("contextshift.api")
 # bounded because clients choose the strings.
 MAX_SERVED_PROFILES = 1024
 
-_EXACTNESS = {
-    "exact": pb.EXACTNESS_EXACT,
-    "text-exact": pb.EXACTNESS_TEXT_EXACT,
-    "approximate": pb.EXACTNESS_APPROXIMATE,
-}
 _TERMINAL = {
     pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
     pb.GENERATION_STATUS_FAILED: Status.FAILED,
     pb.GENERATION_STATUS_CANCELLED: Status.CANCELLED,
 }
-
-
-def profile_message(info: ProfileInfo) -> pb.TokenizerProfile:
-    return pb.TokenizerProfile(
-        name=info.name,
-        approximate=info.approximate,
-        exactness=_EXACTNESS[info.exactness],  # a new kind of exactness must be added to the proto
-        source=info.source,
-        vocab_size=info.vocab_size,
-        message_overhead=info.message_overhead,
-        name_overhead=info.name_overhead,
-        prompt_overhead=info.prompt_overhead,
-        image_rule=info.image_rule,
-        overhead_source=info.overhead_source,
-        licence=info.licence,
-    )
 
 
 def _calibration_message(calibration: Calibration | None) -> pb.Calibration | None:
@@ -108,7 +70,7 @@ def _calibration_message(calibration: Calibration | None) -> pb.Calibration | No
 
 def _checked(violations: Sequence[FieldViolation]) -> None:
     if violations:
-        raise InvalidInput(violations)
+        raise bad_fields(violations)
 
 
 def _error_code(request: pb.FinishGenerationRequest) -> ErrorCode | None:
@@ -127,101 +89,23 @@ def _stable_counts(profile: str) -> bool:
     return not profile.startswith(profiles.HF_PREFIX) and profile != "llama3"
 
 
-def _reads_chat(request: convert.ShiftRequest) -> bool:
+def _reads_chat(request: ShiftRequest) -> bool:
     """Whether a shift reads its chat from the store (its last prompt, for cache-stable shifts, or
     its stored history): never cached, so on a thread."""
     return bool(request.chat_id or request.use_stored_history)
 
 
-def _reads_model(request: convert.ShiftRequest) -> bool:
+def _reads_model(request: ShiftRequest) -> bool:
     """Whether a shift reads a model's configuration and calibration (a profile can name a model,
     a role names one): cached by the process (`ReadCache`)."""
     return bool(request.model or request.profile or request.model_role)
 
 
-# Chats whose last prompt a process keeps decoded, and the largest prompt kept (blocks): a chat's
-# next shift would otherwise decode its last audit (0.3 ms at 200 blocks) to be cache-stable.
-PROMPTS_KEPT = 512
-PROMPT_BLOCKS_KEPT = 2000
-
-
-@dataclass(frozen=True)
-class Caches:
-    """A process's caches of store reads: model configurations and calibrations (for
-    `store_cache_seconds`), and the chats' last prompts (valid while the chat's audit is the same
-    generation, so kept without a time limit)."""
-
-    models: ReadCache
-    prompts: ReadCache = field(default_factory=lambda: ReadCache(math.inf, PROMPTS_KEPT))
-
-
-class TenantStore:
-    """The store as one tenant's shifts read it (`convert.StoreView`), timing the reads. Model
-    configurations and calibrations go through the process's `Caches`; with `cached_only`, a read
-    the cache does not hold raises `CacheMiss` instead of touching the store (a shift on the event
-    loop)."""
-
-    def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
-        self.store = store
-        self.tenant = tenant
-        self.caches = caches
-        self.cached_only = cached_only
-        self.read_seconds = 0.0
-
-    def cached(self) -> TenantStore:
-        """This view for a shift on the event loop: the cache only, never the store."""
-        return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
-
-    def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
-        timed = None if self.cached_only else lambda: self._timed(read)
-        return self.caches.models.get(key, timed, stale_on=StoreUnavailable)
-
-    def _timed(self, read: Callable[[], T]) -> T:
-        start = time.perf_counter()
-        try:
-            return read()
-        finally:
-            self.read_seconds += time.perf_counter() - start
-
-    def model_config(self, model: str, role: Role) -> ModelConfig | None:
-        return self._cached(
-            ("config", self.tenant, model, role),
-            lambda: model_configs.lookup(self.store, self.tenant, model, role),
-        )
-
-    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
-        return self._timed(lambda: self.store.history(self.tenant, chat_id, profile))
-
-    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
-        stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
-        if stored is None:
-            return None
-        generation = (stored.generation.generation_id, stored.generation.created_ms)
-        kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
-        if kept is not None and kept[0] == generation:
-            return cast(PreviousPrompt, kept[1])
-        prompt = audits.previous_prompt(stored)
-        self.keep_prompt(chat_id, generation, prompt)
-        return prompt
-
-    def keep_prompt(self, chat_id: str, generation: tuple[str, int], prompt: PreviousPrompt) -> None:
-        """Keeps a chat's last prompt, the one its audit of `generation` (id, created) records."""
-        if len(prompt.kept) + len(prompt.excluded) <= PROMPT_BLOCKS_KEPT:
-            self.caches.prompts.put(("prompt", self.tenant, chat_id), (generation, prompt))
-
-    def factor(self, model: str | None) -> float:
-        if not model:
-            return 1.0
-
-        def read() -> float:
-            calibration = self.store.calibration(self.tenant, model)
-            return calibration.factor if calibration else 1.0
-
-        return self._cached(("factor", self.tenant, model), read)
-
-
-class ContextShiftServicer:
-    """The methods of ContextShiftService (served by `add_context_service`)."""
+class ContextShiftService:
+    """The methods of contextshift.v1.ContextShiftService, served by both surfaces (`api.grpc`,
+    `api.http`) through the call gate (`calls.Gate`): a request message in, its response out
+    (ShiftContext and PreviewContext encoded: see `ENCODED_METHODS`). The caller's tenant is the
+    gate's (`auth.current_tenant`)."""
 
     def __init__(
         self,
@@ -244,19 +128,14 @@ class ContextShiftServicer:
         self._audit_messages = audit_messages
         self._served_profiles: set[tuple[str, str]] = set()
 
-    def _tenant(self, context: Context) -> str:
-        """The caller's tenant: the API key's (set by the interceptor or the HTTP layer), "" on a
-        server without keys."""
-        return current_tenant()
-
     async def _on_thread(self, fn: Callable[[], T], executor: ThreadPoolExecutor | None = None) -> T:
         return await asyncio.get_running_loop().run_in_executor(executor or self._executor, fn)
 
-    def _shift_executor(self, request: convert.ShiftRequest) -> ThreadPoolExecutor | None:
+    def _shift_executor(self, request: ShiftRequest) -> ThreadPoolExecutor | None:
         """The I/O threads for a strategy that waits, else None (the engine threads, or the loop)."""
         return None if runs_inline(request.strategy or DEFAULT_STRATEGY) else self._io_executor
 
-    def _inline_bytes(self, request: convert.ShiftRequest, size: int) -> int | None:
+    def _inline_bytes(self, request: ShiftRequest, size: int) -> int | None:
         """The request's size when it may run on the event loop (see `_run`), else None."""
         inline = runs_inline(request.strategy or DEFAULT_STRATEGY) and not plugins.interceptors()
         return size if inline else None
@@ -303,7 +182,7 @@ class ContextShiftServicer:
                 return await self._on_thread(functools.partial(fn, store), executor)
         return await self._run(functools.partial(fn, store), request_bytes, profile, executor)
 
-    def _report_stats(self, shifted: convert.Shifted[Any]) -> None:
+    def _report_stats(self, shifted: shifts.Shifted[Any]) -> None:
         stats = call_stats()
         stats.blocks = shifted.blocks
         stats.tokens = shifted.result.prompt_tokens
@@ -311,20 +190,20 @@ class ContextShiftServicer:
         metrics.record_shift(shifted.result.strategy, shifted.result.diagnostics)
 
     def _read_shift(
-        self, request: bytes, request_type: type[convert.R], context: Context
-    ) -> tuple[convert.R, bytes, TenantStore]:
+        self, request: bytes, request_type: type[shifts.R]
+    ) -> tuple[shifts.R, bytes, TenantStore]:
         """The request, its `blocks_json`, and the store as the caller's tenant sees it."""
         # Read here, as grpc's own deserializer would: a copy of the JSON, and a small message.
-        read, blocks_json = convert.read_shift_request(request, request_type)
+        read, blocks_json = shifts.read_shift_request(request, request_type)
         _checked(rules.id_violations("chat_id", read.chat_id, required=False))
-        return read, blocks_json, TenantStore(self._store, self._tenant(context), self._caches)
+        return read, blocks_json, TenantStore(self._store, current_tenant(), self._caches)
 
     async def _shift_cached(
-        self, read: convert.R, blocks_json: bytes, store: TenantStore, size: int
-    ) -> convert.Shifted[convert.R]:
+        self, read: shifts.R, blocks_json: bytes, store: TenantStore, size: int
+    ) -> shifts.Shifted[shifts.R]:
         """A shift that reads no chat (see `_run_reading`)."""
         return await self._run_reading(
-            functools.partial(convert.shift, read, blocks_json, self._defaults),
+            functools.partial(shifts.shift, read, blocks_json, self._defaults),
             store,
             _reads_model(read),
             self._inline_bytes(read, size),
@@ -332,15 +211,15 @@ class ContextShiftServicer:
             self._shift_executor(read),
         )
 
-    async def ShiftContext(self, request: bytes, context: Context) -> bytes:
+    async def ShiftContext(self, request: bytes) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
         `add_context_service`). A shift of a chat runs on a thread with its reads (the chat's last
         prompt, its history, the model's configuration) and its writes (the generation and the
         audit); one without a chat shifts as PreviewContext does, then stores its generation on a
         thread when FinishGeneration can calibrate with it."""
-        read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest, context)
+        read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest)
         _checked(rules.id_violations("generation_id", read.generation_id, required=False))
-        generation_id = read.generation_id or convert.uuid7()
+        generation_id = read.generation_id or ids.uuid7()
         write = audits.AuditWrite()
         try:
             if _reads_chat(read):
@@ -372,16 +251,16 @@ class ContextShiftServicer:
         blocks_json: bytes,
         generation_id: str,
         write: audits.AuditWrite,
-    ) -> convert.Shifted[pb.ShiftContextRequest]:
+    ) -> shifts.Shifted[pb.ShiftContextRequest]:
         """On an engine thread: the shift with what it reads from the store, then what it writes."""
-        shifted = convert.shift(request, blocks_json, self._defaults, store)
+        shifted = shifts.shift(request, blocks_json, self._defaults, store)
         self._record(store, shifted, generation_id, write)
         return shifted
 
     def _record(
         self,
         store: TenantStore,
-        shifted: convert.Shifted[pb.ShiftContextRequest],
+        shifted: shifts.Shifted[pb.ShiftContextRequest],
         generation_id: str,
         write: audits.AuditWrite,
     ) -> None:
@@ -413,23 +292,23 @@ class ContextShiftServicer:
         except StoreError as e:
             log.info("cancelled call's generation not marked", extra={"fields": {"reason": str(e)}})
 
-    async def PreviewContext(self, request: bytes, context: Context) -> bytes:
+    async def PreviewContext(self, request: bytes) -> bytes:
         """An encoded PreviewContextRequest in, an encoded PreviewContextResponse out. Reads the
         store like ShiftContext, writes nothing."""
-        read, blocks_json, store = self._read_shift(request, pb.PreviewContextRequest, context)
+        read, blocks_json, store = self._read_shift(request, pb.PreviewContextRequest)
         if _reads_chat(read):
-            shift = functools.partial(convert.shift, read, blocks_json, self._defaults, store)
+            shift = functools.partial(shifts.shift, read, blocks_json, self._defaults, store)
             shifted = await self._on_thread(shift, self._shift_executor(read))
         else:
             shifted = await self._shift_cached(read, blocks_json, store, len(request))
         self._report_stats(shifted)
         return engine.encode_pieces([(pb.PreviewContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())])
 
-    async def CountTokens(self, request: pb.CountTokensRequest, context: Context) -> pb.CountTokensResponse:
+    async def CountTokens(self, request: pb.CountTokensRequest) -> pb.CountTokensResponse:
         # A model's stored configuration may name the profile.
-        store = TenantStore(self._store, self._tenant(context), self._caches)
+        store = TenantStore(self._store, current_tenant(), self._caches)
         response = await self._run_reading(
-            functools.partial(convert.count, request),
+            functools.partial(counting.count, request),
             store,
             bool(request.model),
             request.ByteSize(),
@@ -441,16 +320,13 @@ class ContextShiftServicer:
         return response
 
     async def ListTokenizerProfiles(
-        self, request: pb.ListTokenizerProfilesRequest, context: Context
+        self, request: pb.ListTokenizerProfilesRequest
     ) -> pb.ListTokenizerProfilesResponse:
-        profiles = await self._run(list_profiles)
-        return pb.ListTokenizerProfilesResponse(profiles=[profile_message(p) for p in profiles])
+        return await self._run(listings.profiles)
 
-    async def GetContextAudit(
-        self, request: pb.GetContextAuditRequest, context: Context
-    ) -> pb.GetContextAuditResponse:
+    async def GetContextAudit(self, request: pb.GetContextAuditRequest) -> pb.GetContextAuditResponse:
         _checked(rules.violations(request))
-        tenant = self._tenant(context)
+        tenant = current_tenant()
 
         def read() -> pb.ContextAudit | None:
             stored = self._store.audit(tenant, request.chat_id)
@@ -458,12 +334,10 @@ class ContextShiftServicer:
 
         audit = await self._on_thread(read)
         if audit is None:
-            raise RequestError(grpc.StatusCode.NOT_FOUND, f"chat {request.chat_id!r} has no audit")
+            raise RequestError(code_pb2.NOT_FOUND, f"chat {request.chat_id!r} has no audit")
         return pb.GetContextAuditResponse(audit=audit)
 
-    async def FinishGeneration(
-        self, request: pb.FinishGenerationRequest, context: Context
-    ) -> pb.FinishGenerationResponse:
+    async def FinishGeneration(self, request: pb.FinishGenerationRequest) -> pb.FinishGenerationResponse:
         """Moves the generation to its terminal status and feeds the calibration, in the store."""
         _checked(rules.violations(request))  # ids, status, error_code / provider_error, tokens
         code = _error_code(request)
@@ -474,13 +348,13 @@ class ContextShiftServicer:
             code.value if code else None,
             request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None,
         )
-        tenant = self._tenant(context)
+        tenant = current_tenant()
         try:
             finished = await self._on_thread(functools.partial(self._store.finish, tenant, report, ALPHA))
         except NotFound:
             chat = f" of chat {request.chat_id!r}" if request.chat_id else ""
             raise RequestError(
-                grpc.StatusCode.NOT_FOUND,
+                code_pb2.NOT_FOUND,
                 f"generation {request.generation_id!r}{chat} is not stored: ShiftContext stores a generation "
                 "when it names a chat_id, or when its counts are calibrated (an approximate profile and a "
                 "model); stored generations expire after generation_retention_hours and go with DeleteChat",
@@ -499,29 +373,27 @@ class ContextShiftServicer:
             response.provider_error_code = audits.ERROR_CODES[ErrorCode(g.error_code)]
         return response
 
-    async def DeleteChat(self, request: pb.DeleteChatRequest, context: Context) -> pb.DeleteChatResponse:
+    async def DeleteChat(self, request: pb.DeleteChatRequest) -> pb.DeleteChatResponse:
         _checked(rules.violations(request))
-        tenant = self._tenant(context)
+        tenant = current_tenant()
         deleted = await self._on_thread(functools.partial(self._store.delete_chat, tenant, request.chat_id))
         if deleted:
             metrics.record_deleted_chats("request")
         return pb.DeleteChatResponse(deleted=deleted)
 
-    async def AppendBlocks(
-        self, request: pb.AppendBlocksRequest, context: Context
-    ) -> pb.AppendBlocksResponse:
+    async def AppendBlocks(self, request: pb.AppendBlocksRequest) -> pb.AppendBlocksResponse:
         _checked(rules.violations(request))
-        store = TenantStore(self._store, self._tenant(context), self._caches)
+        store = TenantStore(self._store, current_tenant(), self._caches)
 
         def append() -> pb.AppendBlocksResponse:
-            profile = convert.resolve_model(
+            profile = resolve_model(
                 request.profile, request.model, request.model_role, store
             ).resolution.profile
-            typed = [convert.block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
+            typed = [block_dict(b, f"blocks[{i}]") for i, b in enumerate(request.blocks)]
             new = history.typed_texts(typed) if typed else history.request_texts(request.blocks_json.encode())
             if not new:
                 raise invalid("blocks_json", "nothing to append: an empty array")
-            rename = convert.typed_field if typed else None
+            rename = typed_field if typed else None
             counted: list[StoredBlock] = []
 
             def prepare(stored: Sequence[StoredBlock]) -> Sequence[StoredBlock]:
@@ -539,108 +411,53 @@ class ContextShiftServicer:
         call_stats().blocks = len(response.tokens)
         return response
 
-    async def SetModelConfig(
-        self, request: pb.SetModelConfigRequest, context: Context
-    ) -> pb.SetModelConfigResponse:
+    async def SetModelConfig(self, request: pb.SetModelConfigRequest) -> pb.SetModelConfigResponse:
         _checked(rules.violations(request) if not request.HasField("config") else [])
         config = model_configs.from_proto(request.config)
         _checked(model_configs.check(config, "config"))
-        tenant = self._tenant(context)
+        tenant = current_tenant()
         stored = await self._on_thread(functools.partial(self._store.set_model_config, tenant, config))
         self._caches.models.forget("config")
         return pb.SetModelConfigResponse(config=model_configs.to_proto(stored))
 
-    async def GetModelConfig(
-        self, request: pb.GetModelConfigRequest, context: Context
-    ) -> pb.GetModelConfigResponse:
-        role = convert.role_of(request.role, "role")
+    async def GetModelConfig(self, request: pb.GetModelConfigRequest) -> pb.GetModelConfigResponse:
+        role = model_configs.role_of(request.role, "role")
         if bool(request.model) == (role is not Role.NONE):
             raise invalid("model", "set either model or role")
         _checked(rules.violations(request))
-        tenant = self._tenant(context)
+        tenant = current_tenant()
         found = await self._on_thread(
             functools.partial(self._store.get_model_config, tenant, request.model, role)
         )
         if found is None:
             what = f"model {request.model!r}" if request.model else f"role {role.value!r}"
-            raise RequestError(grpc.StatusCode.NOT_FOUND, f"no model configuration for {what}")
+            raise RequestError(code_pb2.NOT_FOUND, f"no model configuration for {what}")
         return pb.GetModelConfigResponse(config=model_configs.to_proto(found))
 
-    async def ListModelConfigs(
-        self, request: pb.ListModelConfigsRequest, context: Context
-    ) -> pb.ListModelConfigsResponse:
-        found = await self._on_thread(functools.partial(self._store.model_configs, self._tenant(context)))
+    async def ListModelConfigs(self, request: pb.ListModelConfigsRequest) -> pb.ListModelConfigsResponse:
+        found = await self._on_thread(functools.partial(self._store.model_configs, current_tenant()))
         return pb.ListModelConfigsResponse(configs=[model_configs.to_proto(c) for c in found])
 
-    async def DeleteModelConfig(
-        self, request: pb.DeleteModelConfigRequest, context: Context
-    ) -> pb.DeleteModelConfigResponse:
+    async def DeleteModelConfig(self, request: pb.DeleteModelConfigRequest) -> pb.DeleteModelConfigResponse:
         _checked(rules.violations(request))
-        tenant = self._tenant(context)
+        tenant = current_tenant()
         deleted = await self._on_thread(
             functools.partial(self._store.delete_model_config, tenant, request.model)
         )
         self._caches.models.forget("config")
         return pb.DeleteModelConfigResponse(deleted=deleted)
 
-    async def ListStrategies(
-        self, request: pb.ListStrategiesRequest, context: Context
-    ) -> pb.ListStrategiesResponse:
+    async def ListStrategies(self, request: pb.ListStrategiesRequest) -> pb.ListStrategiesResponse:
         # On a thread: the first listing loads the plugins' entry points.
-        return await self._run(convert.strategies)
+        return await self._run(listings.strategies)
 
-    async def BenchmarkProfiles(
-        self, request: pb.BenchmarkProfilesRequest, context: Context
-    ) -> pb.BenchmarkProfilesResponse:
+    async def BenchmarkProfiles(self, request: pb.BenchmarkProfilesRequest) -> pb.BenchmarkProfilesResponse:
         """Profiles measured on the caller's corpus, on an engine thread (bounded in size and time
         by `profile_bench`)."""
-        return await self._run(functools.partial(convert.benchmark_profiles, request))
+        return await self._run(functools.partial(counting.benchmark_profiles, request))
 
 
-def add_service(
-    server: aio.Server, servicer: object, service: ServiceDescriptor, encoded: Set[str] = frozenset()
-) -> None:
-    """Serves every method of `service` from the servicer's method of the same name, as the
-    generated `add_*Servicer_to_server` does, except that the methods in `encoded` take and
-    return encoded messages (bytes), with no (de)serializer in between."""
-    handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-    for method in service.methods:
-        behavior = getattr(servicer, method.name)
-        if method.name in encoded:
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(behavior)
-        else:
-            request_type = message_factory.GetMessageClass(method.input_type)
-            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                behavior,
-                request_deserializer=request_type.FromString,
-                response_serializer=lambda response: response.SerializeToString(),
-            )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
-    server.add_registered_method_handlers(service.full_name, handlers)
-
-
-# ShiftContext and PreviewContext take and return encoded messages: `convert` takes the request's
+# ShiftContext and PreviewContext take and return encoded messages: `shifts` takes the request's
 # `blocks_json` out as bytes and builds the reply's encoding around the kept blocks' bytes, so the
 # JSON is never decoded into a Python str, re-encoded, or copied through a parsed reply message.
 ENCODED_METHODS = frozenset({"ShiftContext", "PreviewContext"})
-
-
-def add_context_service(servicer: ContextShiftServicer, server: aio.Server) -> None:
-    add_service(server, servicer, pb.DESCRIPTOR.services_by_name["ContextShiftService"], ENCODED_METHODS)
-
-
-class EchoServicer:
-    """Benchmark only (served with --bench-echo): the cost of a unary call with no work."""
-
-    async def Echo(
-        self, request: echo_service_pb2.EchoRequest, context: Context
-    ) -> echo_service_pb2.EchoResponse:
-        return echo_service_pb2.EchoResponse(payload=request.payload)
-
-    async def EchoBytes(self, request: bytes, context: Context) -> bytes:
-        return request  # an EchoBytesResponse is encoded as the EchoBytesRequest it answers
-
-
-def add_echo_service(server: aio.Server) -> None:
-    service = echo_service_pb2.DESCRIPTOR.services_by_name["EchoService"]
-    add_service(server, EchoServicer(), service, encoded={"EchoBytes"})

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import rules
+from contextshift.api.http.routes import Operation
 from contextshift.errors import FieldViolation
-
-if TYPE_CHECKING:
-    from contextshift.api.http import Operation
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["ContextShiftService"]
 _SCHEMAS = "#/components/schemas/"
@@ -47,7 +45,7 @@ _WELL_KNOWN: dict[str, dict[str, Any]] = {
 }
 # The field a condition's violation names (a schema extension, as OpenAPI allows `x-` keys).
 FIELD_KEY = "x-contextshift-field"
-# Fields that take the JSON array itself on HTTP as well as its text (see api.http).
+# Fields that take the JSON array itself on HTTP as well as its text (see api.http.messages).
 JSON_TEXT_FIELDS = {"blocks_json": "blocks", "tools_json": "tool definitions"}
 
 
@@ -159,7 +157,7 @@ class _Schemas:
                 "type": ["object", "null"],
                 "additionalProperties": self._single(message.fields_by_name["value"]),
             }
-        if field.name in JSON_TEXT_FIELDS:  # also the array itself (see api.http)
+        if field.name in JSON_TEXT_FIELDS:  # also the array itself (see api.http.messages)
             what = JSON_TEXT_FIELDS[field.name]
             return {
                 "type": ["string", "array", "null"],

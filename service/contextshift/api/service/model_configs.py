@@ -22,13 +22,20 @@ from typing import Any
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import rules
-from contextshift.api.convert import ROLES, role_of, timestamp
+from contextshift.api.service.errors import invalid
+from contextshift.api.service.ids import timestamp
 from contextshift.audit.store import ModelConfig, Role, Store
 from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.profiles import resolve
 
 SERVER_WIDE_TENANT = ""
 
+# A request's ModelRole, and a stored configuration's.
+ROLES = {
+    pb.MODEL_ROLE_UNSPECIFIED: Role.NONE,
+    pb.MODEL_ROLE_MAIN: Role.MAIN,
+    pb.MODEL_ROLE_FAST: Role.FAST,
+}
 _ROLE_VALUES = {role: value for value, role in ROLES.items()}
 # The figures and their ranges (the same rules as the API's, `rules.RULES`).
 _FIGURES = {
@@ -41,6 +48,12 @@ _FILE_KEYS = {"role", "profile", *_FIGURES}
 
 class ModelConfigFileError(ValueError):
     """The model configuration file cannot be read or holds a bad configuration."""
+
+
+def role_of(value: pb.ModelRole.ValueType, field: str) -> Role:
+    if value not in ROLES:
+        raise invalid(field, f"unknown value {value}")
+    return ROLES[value]
 
 
 def check(config: ModelConfig, prefix: str) -> list[FieldViolation]:

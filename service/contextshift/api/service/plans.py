@@ -1,0 +1,145 @@
+"""A shift's result as the reply's ContextPlan, encoded in pieces: its small fields through
+protobuf, its messages and decisions by the core (`engine.encode_pieces`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from contextshift import engine, provider_messages
+from contextshift._proto.contextshift.v1 import context_service_pb2
+from contextshift.budget import Window
+from contextshift.diagnostics import CompactionUsage
+from contextshift.result import ShiftResult
+
+
+def _provider_messages(
+    result: ShiftResult, output_format: context_service_pb2.OutputFormat.ValueType
+) -> engine.Piece:
+    """ContextPlan.messages."""
+    plan_field = context_service_pb2.ContextPlan.MESSAGES_FIELD_NUMBER
+    if output_format == context_service_pb2.OUTPUT_FORMAT_OPENAI_CHAT:
+        messages = context_service_pb2.ProviderMessages(
+            format=output_format,
+            messages_json=json.dumps(provider_messages.to_openai_chat(result.messages), ensure_ascii=False),
+        )
+    elif output_format == context_service_pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
+        system, anthropic = provider_messages.to_anthropic_messages(result.messages)
+        messages = context_service_pb2.ProviderMessages(
+            format=output_format, system=system, messages_json=json.dumps(anthropic, ensure_ascii=False)
+        )
+    else:
+        # The caller's own text of each kept block, never decoded into dicts nor into a str.
+        head = context_service_pb2.ProviderMessages(format=context_service_pb2.OUTPUT_FORMAT_INPUT)
+        text_field = context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER
+        return (plan_field, [head.SerializeToString(), (text_field, [result.messages_json_bytes()])])
+    return (plan_field, [messages.SerializeToString()])
+
+
+def _decisions(result: ShiftResult) -> bytes:
+    """The plan's kept and excluded blocks, encoded: by the core straight from the engine's plan
+    (a Python object per block would be the bulk of a reply's building time), or from the
+    decisions a strategy adjusted."""
+    numbers = context_service_pb2.ContextPlan
+    if isinstance(result.decisions, engine.Plan):
+        return result.decisions.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
+    listed = context_service_pb2.ContextPlan(
+        kept=[
+            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason) for d in result.kept
+        ],
+        excluded=[
+            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason)
+            for d in result.excluded
+        ],
+    )
+    return listed.SerializeToString()
+
+
+def _summary(result: ShiftResult) -> context_service_pb2.SummaryInfo | None:
+    summary = result.summary
+    if summary is None:
+        return None
+    return context_service_pb2.SummaryInfo(
+        id=summary.id,
+        tokens=summary.tokens,
+        text=summary.text,
+        summarized_count=summary.summarized,
+        facts_kept=summary.facts_kept,
+        facts_total=summary.facts_total,
+    )
+
+
+@dataclass(frozen=True)
+class EncodedPlan:
+    """A ContextPlan encoded in pieces for `engine.encode_pieces` (an encoded message may carry its
+    fields in any order): its small fields through protobuf, its messages and decisions by the
+    core. An audit keeps the first two and lists the decisions in order instead."""
+
+    fields: bytes
+    messages: engine.Piece
+    decisions: bytes
+
+    def pieces(self) -> list[engine.Piece]:
+        return [self.fields, self.messages, self.decisions]
+
+
+def encode_plan(
+    result: ShiftResult,
+    budget: Window,
+    warnings: Sequence[str],
+    output_format: context_service_pb2.OutputFormat.ValueType,
+) -> EncodedPlan:
+    """The ContextPlan of a shift (see EncodedPlan)."""
+    plan = context_service_pb2.ContextPlan(
+        truncated=[
+            context_service_pb2.Truncation(
+                id=t.id, tokens_before=t.tokens_before, tokens_after=t.tokens_after, how=t.how
+            )
+            for t in result.truncated
+        ],
+        prompt_tokens=result.prompt_tokens,
+        budget=result.budget,
+        context_limit=budget.context_limit,
+        response_reserve=budget.response_reserve,
+        profile=result.profile,
+        approximate=result.approximate,
+        warnings=[*warnings, *result.warnings],
+        compaction=context_service_pb2.CompactionNote(
+            was_compacted=result.excluded_count > 0,
+            original_count=result.block_count,
+            compacted_count=result.kept_count,
+            divider_text=result.summary.divider_text if result.summary else "",
+        ),
+        # Raw and calibrated counts.
+        model=result.model or "",
+        calibration_factor=result.calibration_factor,
+        calibrated_prompt_tokens=(
+            result.prompt_tokens
+            if result.calibrated_prompt_tokens is None
+            else result.calibrated_prompt_tokens
+        ),
+        diagnostics=[
+            context_service_pb2.Diagnostic(source=d.source, event=d.event, detail=d.detail, tokens=d.tokens)
+            for d in result.diagnostics
+        ],
+        strategy=result.strategy,
+        summary=_summary(result),
+        relevance=[
+            context_service_pb2.RelevanceScore(id=r.id, score=r.score, source=r.source)
+            for r in result.relevance
+        ],
+        compaction_usage=_compaction_usage(result.compaction_usage),
+        tools_tokens=result.tools_tokens,
+    )
+    return EncodedPlan(
+        plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)
+    )
+
+
+def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.CompactionUsage | None:
+    if usage is None:
+        return None
+    return context_service_pb2.CompactionUsage(
+        model=usage.model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
+    )
