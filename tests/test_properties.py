@@ -288,11 +288,8 @@ def test_count_tokens_matches_reference(items: list[str | dict[str, Any]]) -> No
     assert contextshift.count_tokens(items, profile="heuristic") == reference_count_tokens(items)
 
 
-STRATEGY_EXCLUDED_REASONS = EXCLUDED_REASONS | {
-    Reason.SUMMARIZED,
-    Reason.LOW_RELEVANCE,
-    Reason.MANUAL_EXCLUDED,
-}
+# Any strategy: every reason a block can be left out for but an interceptor's (none runs here).
+STRATEGY_EXCLUDED_REASONS = reasons.EXCLUDED - {Reason.PLUGIN_EXCLUDED}
 
 
 def flag_manual(scenario: Scenario, flags: list[bool]) -> Scenario:
