@@ -26,8 +26,15 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     let from_tape = parse_json_blocks(text, MAX_BLOCK_CHARS, "blocks_json");
     if let Ok(parsed) = &from_tape {
-        assert_eq!(parsed.conversation.blocks.len(), parsed.spans.len());
-        for block in &parsed.conversation.blocks {
+        let conversation = &parsed.conversation;
+        assert_eq!(conversation.blocks.len(), parsed.spans.len());
+        for (i, block) in conversation.blocks.iter().enumerate() {
+            // Reasoning is never cut: a block whose reasoning alone leaves no room is not cut at
+            // all, and the plan leaves it out whole.
+            if conversation.over_cap.iter().any(|o| o.index == i) {
+                assert!(block.reasoning_chars() + 11 > MAX_BLOCK_CHARS);
+                continue;
+            }
             assert!(block.char_count() <= MAX_BLOCK_CHARS, "the char cap let {} through", block.char_count());
         }
     }
@@ -43,6 +50,7 @@ fuzz_target!(|data: &[u8]| {
         (Ok(tape), Ok(values)) => {
             assert_eq!(tape.conversation.blocks, values.blocks, "{text:?}");
             assert_eq!(tape.conversation.cuts, values.cuts, "{text:?}");
+            assert_eq!(tape.conversation.over_cap, values.over_cap, "{text:?}");
         }
         (Err(tape), Err(values)) => assert_eq!(tape, values, "{text:?}"),
         (tape, values) => panic!("{text:?}: tape {tape:?}, values {values:?}"),

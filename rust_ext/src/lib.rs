@@ -8,18 +8,19 @@
 mod convert;
 
 use contextshift_core::cache::{self, CacheStats};
-use contextshift_core::count::{batch, count_texts_fresh, tools_tokens};
+use contextshift_core::count::{batch, block_count, count_texts_fresh, tools_tokens, BlockCount};
 use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::plan::Protection;
+use contextshift_core::reasoning;
 use contextshift_core::relevance::bm25;
 use contextshift_core::tools::{parse_json_tools, parse_tools};
 use contextshift_core::verbatim;
 use contextshift_core::wire;
 use contextshift_core::{
-    block_tokens, builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal,
-    profile_by_name, protection, rewrite_block as core_rewrite_block, Block, CharCap, CharCut, Groups, Node, PlanInput,
-    Profile, ProfileError, ProfileInfo, Reason, Repair, Role, Shape, Violation,
+    builtin_profiles, clear_caches, count_blocks, parse_block, parse_conversation, plan_removal, profile_by_name,
+    protection, rewrite_block as core_rewrite_block, Block, CharCap, CharCut, Groups, Node, OverCap, PlanInput,
+    Profile, ProfileError, ProfileInfo, Reason, Repair, Retention, Rewrite, Role, Shape, Violation,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -118,11 +119,13 @@ impl Drop for GcPause {
     }
 }
 
-/// A parsed request: blocks (after the char cap), the cuts made, and the tool-call groups.
+/// A parsed request: blocks (after the char cap), the cuts made, the blocks whose reasoning is
+/// over the cap, and the tool-call groups.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Conversation {
     blocks: Vec<Block>,
     cuts: Vec<CharCut>,
+    over_cap: Vec<OverCap>,
     groups: Groups,
     /// The input when it came as JSON text, and where each block lies in it: the source of
     /// `json_messages` and `messages_json`.
@@ -181,16 +184,52 @@ impl<T> Tupled<T> {
     }
 }
 
-/// Block token counts of one conversation under one profile.
+/// Block token counts of one conversation under one profile, with its reasoning: each block's
+/// reasoning tokens, whether the provider's rule counts them (`retention`), whether the rule lets
+/// them be left out, and how they are known.
 #[pyclass(frozen, module = "contextshift._core")]
 struct Counts {
     profile: Arc<Profile>,
+    retention: Retention,
+    /// Per block: its tokens in the prompt (its reasoning included when counted).
     tokens: Tupled<u64>,
+    reasoning: Tupled<u64>,
+    counted: Tupled<bool>,
+    clearable: Tupled<bool>,
+    basis: Tupled<&'static str>,
+    /// Indices of the blocks that carry reasoning (usually few).
+    reasoning_blocks: Tupled<usize>,
 }
 
 impl Counts {
-    fn new(profile: Arc<Profile>, tokens: Vec<u64>) -> Self {
-        Counts { profile, tokens: tokens.into() }
+    fn new(profile: Arc<Profile>, retention: Retention, blocks: &[Block], counts: &[BlockCount]) -> Self {
+        let counted = retention.counted(blocks);
+        let rule = profile.reasoning_rule();
+        Counts {
+            tokens: counts.iter().zip(&counted).map(|(c, &counted)| c.total(counted)).collect(),
+            reasoning: counts.iter().map(|c| c.reasoning).collect(),
+            clearable: blocks.iter().map(|b| rule.clearable(b)).collect(),
+            basis: blocks.iter().map(reasoning::basis).collect(),
+            reasoning_blocks: (0..blocks.len()).filter(|&i| !blocks[i].reasoning.is_empty()).collect(),
+            counted: counted.into(),
+            profile,
+            retention,
+        }
+    }
+
+    /// Tokens of `block` (block `index` as parsed, or a rewrite of it) by this profile and rule.
+    fn block_tokens(&self, index: usize, block: &Block) -> u64 {
+        block_count(&self.profile, block).total(self.counted[index])
+    }
+}
+
+/// The retention rule named `name` (the model registry's), else the profile's own.
+fn retention_of(profile: &Profile, name: Option<&str>) -> PyResult<Retention> {
+    match name {
+        None => Ok(profile.reasoning_rule().retention),
+        Some(name) => Retention::parse(name).ok_or_else(|| {
+            PyValueError::new_err(format!("unknown reasoning rule {name:?} (all, current_turn or tool_turns)"))
+        }),
     }
 }
 
@@ -206,6 +245,36 @@ impl Counts {
         self.profile.name()
     }
 
+    /// The reasoning rule counted by: "all", "current_turn" or "tool_turns".
+    #[getter]
+    fn reasoning_rule(&self) -> &'static str {
+        self.retention.as_str()
+    }
+
+    /// Per block: its reasoning's tokens, counted in `tokens` or not.
+    #[getter]
+    fn reasoning(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.reasoning.tuple(py)
+    }
+
+    /// Per block: whether `tokens` counts its reasoning (the provider keeps it in the prompt).
+    #[getter]
+    fn reasoning_counted(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.counted.tuple(py)
+    }
+
+    /// Per block: whether its reasoning may be left out (the provider accepts it missing).
+    #[getter]
+    fn reasoning_clearable(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.clearable.tuple(py)
+    }
+
+    /// Per block: how its reasoning tokens are known ("text", "estimated", "reported"; "" for none).
+    #[getter]
+    fn reasoning_basis(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.basis.tuple(py)
+    }
+
     /// The same counts with some blocks' tokens replaced (`{index: tokens}`): a strategy that
     /// rewrote those blocks plans with what they cost now.
     fn replaced(&self, overrides: HashMap<usize, u64>) -> PyResult<Counts> {
@@ -213,7 +282,22 @@ impl Counts {
         for (i, t) in overrides {
             *tokens.get_mut(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))? = t;
         }
-        Ok(Counts::new(self.profile.clone(), tokens))
+        Ok(Counts {
+            profile: self.profile.clone(),
+            retention: self.retention,
+            tokens: tokens.into(),
+            reasoning: self.reasoning.to_vec().into(),
+            counted: self.counted.to_vec().into(),
+            clearable: self.clearable.to_vec().into(),
+            basis: self.basis.to_vec().into(),
+            reasoning_blocks: self.reasoning_blocks.to_vec().into(),
+        })
+    }
+
+    /// Indices of the blocks that carry reasoning, in order.
+    #[getter]
+    fn reasoning_blocks(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.reasoning_blocks.tuple(py)
     }
 }
 
@@ -238,6 +322,8 @@ struct Layout {
     calls: Tupled<Vec<(String, String)>>,
     /// The ids of the calls a block answers.
     result_ids: Tupled<Vec<String>>,
+    /// Where each tool-use turn begins (a run of assistant blocks, one of which calls a tool).
+    tool_use_turns: Tupled<usize>,
 }
 
 #[pymethods]
@@ -286,6 +372,25 @@ impl Layout {
     fn result_ids(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
         self.result_ids.tuple(py)
     }
+    #[getter]
+    fn tool_use_turns(&self, py: Python<'_>) -> PyResult<Py<PyTuple>> {
+        self.tool_use_turns.tuple(py)
+    }
+}
+
+/// Where each tool-use turn begins: a run of consecutive assistant blocks (one response's items,
+/// or one message) of which some block calls a tool.
+fn tool_use_turns(blocks: &[Block]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let run = blocks[i..].iter().take_while(|b| b.role == Role::Assistant).count();
+        if blocks[i..i + run].iter().any(|b| !b.calls.is_empty()) {
+            starts.push(i);
+        }
+        i += run.max(1);
+    }
+    starts
 }
 
 /// One entry of `messages_json`: a kept block by index, or a message's JSON text to put there.
@@ -425,6 +530,19 @@ impl Plan {
         Ok(list.clone_ref(py))
     }
 
+    /// The kept blocks that carry reasoning: `(index, id, reasoning tokens, counted, basis)` by the
+    /// counts the plan was made with (see `Counts`).
+    #[allow(clippy::type_complexity)]
+    fn reasoning(&self, counts: &Counts) -> Vec<(usize, String, u64, bool, &'static str)> {
+        let blocks = &self.conversation.get().blocks;
+        counts
+            .reasoning_blocks
+            .iter()
+            .filter(|&&i| self.kept.binary_search(&i).is_ok())
+            .map(|&i| (i, blocks[i].id.clone(), counts.reasoning[i], counts.counted[i], counts.basis[i]))
+            .collect()
+    }
+
     /// Every block's decision in input order, with whether it was kept: what an audit records.
     fn ordered_decisions(&self, py: Python<'_>) -> PyResult<Vec<(Py<BlockDecision>, bool)>> {
         let kept = self.kept_decisions(py)?;
@@ -548,7 +666,7 @@ impl Conversation {
             // Reading Python objects needs the GIL; grouping does not.
             let conv = parse_conversation(&nodes, cap, "blocks").map_err(invalid_blocks)?;
             let groups = py.detach(|| Groups::build(&conv.blocks));
-            Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json: None })
+            Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json: None })
         })
     }
 
@@ -571,7 +689,7 @@ impl Conversation {
                 let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });
-                Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, groups, json })
+                Ok(Conversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json })
             })
             .map_err(invalid_blocks)
         })
@@ -635,16 +753,25 @@ impl Conversation {
             .ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))
     }
 
-    /// Block tokens under `profile`. `known` gives counts already known for this profile (stored
-    /// with a chat's history) for the first blocks, None where not: only the other blocks, and
-    /// those the char cap cut (a known count is of the whole block), are counted.
-    #[pyo3(signature = (profile, known=None))]
-    fn count(&self, py: Python<'_>, profile: &str, known: Option<Vec<Option<u64>>>) -> PyResult<Counts> {
+    /// Block tokens under `profile`, its reasoning counted by the profile's rule or by `reasoning`
+    /// (a rule's name, the model registry's). `known` gives counts already known for this profile
+    /// (stored with a chat's history) for the first blocks, None where not: only the other blocks,
+    /// those the char cap cut (a known count is of the whole block) and those with reasoning (whose
+    /// count depends on the turns after them) are counted.
+    #[pyo3(signature = (profile, known=None, reasoning=None))]
+    fn count(
+        &self,
+        py: Python<'_>,
+        profile: &str,
+        known: Option<Vec<Option<u64>>>,
+        reasoning: Option<&str>,
+    ) -> PyResult<Counts> {
         guarded(|| {
             let profile = profile_named(py, profile)?;
+            let retention = retention_of(&profile, reasoning)?;
             let Some(known) = known else {
-                let tokens = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
-                return Ok(Counts::new(profile, tokens));
+                let counts = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
+                return Ok(Counts::new(profile, retention, &self.blocks, &counts));
             };
             if known.len() > self.blocks.len() {
                 return Err(PyValueError::new_err(format!(
@@ -653,18 +780,25 @@ impl Conversation {
                     self.blocks.len()
                 )));
             }
-            let mut tokens: Vec<Option<u64>> = known;
-            tokens.resize(self.blocks.len(), None);
+            let mut counts: Vec<Option<BlockCount>> =
+                known.into_iter().map(|k| k.map(|base| BlockCount { base, reasoning: 0 })).collect();
+            counts.resize(self.blocks.len(), None);
             for cut in &self.cuts {
-                tokens[cut.index] = None;
+                counts[cut.index] = None;
             }
-            let missing: Vec<usize> = (0..tokens.len()).filter(|&i| tokens[i].is_none()).collect();
+            for (count, block) in counts.iter_mut().zip(&self.blocks) {
+                if !block.reasoning.is_empty() {
+                    *count = None;
+                }
+            }
+            let missing: Vec<usize> = (0..counts.len()).filter(|&i| counts[i].is_none()).collect();
             let counted =
                 py.detach(|| count_blocks(&profile, &missing.iter().map(|&i| &self.blocks[i]).collect::<Vec<_>>()));
             for (&i, count) in missing.iter().zip(counted) {
-                tokens[i] = Some(count);
+                counts[i] = Some(count);
             }
-            Ok(Counts::new(profile, tokens.into_iter().map(|t| t.unwrap_or_default()).collect()))
+            let counts: Vec<BlockCount> = counts.into_iter().map(Option::unwrap_or_default).collect();
+            Ok(Counts::new(profile, retention, &self.blocks, &counts))
         })
     }
 
@@ -682,10 +816,11 @@ impl Conversation {
         guarded(|| Ok(plan_pinned_cap(&self.blocks, &counts.tokens, limit)))
     }
 
-    /// Stages 4–5: orphans out, then the strategy's `forced` groups (`(index, reason)`, whatever
-    /// the budget), then while over budget its `ranked` groups in order and the oldest groups,
-    /// down to `target` (default `budget`), then the leading-assistant repair. Raises
-    /// `TokenBudgetExceeded` when protected blocks alone exceed `budget`.
+    /// Stages 4–5: orphans out, then the blocks whose reasoning is over the char cap and the
+    /// strategy's `forced` groups (`(index, reason)`, whatever the budget), then while over budget
+    /// its `ranked` groups in order and the oldest groups, down to `target` (default `budget`),
+    /// then the leading-assistant repair. Raises `TokenBudgetExceeded` when protected blocks alone
+    /// exceed `budget`.
     #[pyo3(signature = (counts, budget, unpinned, protect_current_input, start_on_user, *, target=None, forced=Vec::new(), ranked=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn plan(
@@ -707,7 +842,8 @@ impl Conversation {
                 return Err(PyValueError::new_err(format!("{} counts for {n} blocks", counts.tokens.len())));
             }
             let unpinned_mask = this.mask(unpinned)?;
-            let forced = this.reasoned(forced)?;
+            let over_cap = this.over_cap.iter().map(|o| (o.index, Reason::ReasoningOverCap));
+            let forced: Vec<(usize, Reason)> = over_cap.chain(this.reasoned(forced)?).collect();
             let ranked = this.reasoned(ranked)?;
             let plan = py.detach(|| {
                 let protection = protection(&this.blocks, protect_current_input, &unpinned_mask);
@@ -743,13 +879,43 @@ impl Conversation {
         })
     }
 
-    /// Stage 6: prompt tokens of the given blocks, counted afresh from their content.
-    fn recount(&self, py: Python<'_>, profile: &str, indices: Vec<usize>) -> PyResult<u64> {
+    /// Stage 6: prompt tokens of the given blocks, counted afresh from their content under the
+    /// profile and reasoning rule of `counts`.
+    fn recount(&self, py: Python<'_>, counts: &Counts, indices: Vec<usize>) -> PyResult<u64> {
         guarded(|| {
-            let profile = profile_named(py, profile)?;
             let selected = self.selected(&indices)?;
-            Ok(py.detach(|| profile.prompt_overhead() + count_blocks(&profile, &selected).iter().sum::<u64>()))
+            let profile = &counts.profile;
+            Ok(py.detach(|| {
+                let fresh = count_blocks(profile, &selected);
+                let tokens: u64 = fresh.iter().zip(&indices).map(|(c, &i)| c.total(counts.counted[i])).sum();
+                profile.prompt_overhead() + tokens
+            }))
         })
+    }
+
+    /// Tokens of rewritten blocks (`(index, message)`: block `index` sent as `message`), counted
+    /// as `counts` counts that block (its reasoning by the same rule).
+    fn count_rewrites(&self, counts: &Counts, items: Vec<(usize, Bound<'_, PyAny>)>) -> PyResult<Vec<u64>> {
+        guarded(|| {
+            items
+                .iter()
+                .map(|(i, message)| {
+                    if *i >= self.blocks.len() {
+                        return Err(PyValueError::new_err(format!("index {i} out of range")));
+                    }
+                    let block =
+                        parse_block(&convert::PyNode(message.as_borrowed()), *i, "blocks").map_err(invalid_blocks)?;
+                    Ok(counts.block_tokens(*i, &block))
+                })
+                .collect()
+        })
+    }
+
+    /// Blocks over the char cap whose reasoning alone leaves no room (reasoning is never cut):
+    /// `(index, reasoning characters, cap)`. Plans leave them out whole unless protected.
+    #[getter]
+    fn over_cap(&self) -> Vec<(usize, usize, usize)> {
+        self.over_cap.iter().map(|o| (o.index, o.reasoning_chars, o.cap)).collect()
     }
 
     /// The layout strategies see: ids, roles, kinds, groups, protection and tool linkage.
@@ -786,6 +952,7 @@ impl Conversation {
                         .map(|b| b.calls.iter().map(|c| (c.id.clone(), c.name.clone())).collect())
                         .collect(),
                     result_ids: blocks.iter().map(|b| b.result_ids.to_vec()).collect(),
+                    tool_use_turns: tool_use_turns(blocks).into(),
                 }
             }))
         })
@@ -828,16 +995,15 @@ impl Conversation {
     }
 
     /// Blocks the char cap cut: `(index, id, tokens before, tokens after, the block's message with
-    /// the cut text in place)`.
+    /// the cut text in place)`, counted as `counts` counts them.
     #[allow(clippy::type_complexity)]
-    fn cuts<'py>(&self, py: Python<'py>, profile: &str) -> PyResult<Vec<(usize, &str, u64, u64, Bound<'py, PyAny>)>> {
+    fn cuts<'py>(&self, py: Python<'py>, counts: &Counts) -> PyResult<Vec<(usize, &str, u64, u64, Bound<'py, PyAny>)>> {
         guarded(|| {
-            let profile = profile_named(py, profile)?;
             self.cuts
                 .iter()
                 .map(|cut| {
-                    let before = block_tokens(&profile, &cut.original);
-                    let after = block_tokens(&profile, &self.blocks[cut.index]);
+                    let before = counts.block_tokens(cut.index, &cut.original);
+                    let after = counts.block_tokens(cut.index, &self.blocks[cut.index]);
                     Ok((cut.index, cut.original.id.as_str(), before, after, convert::value_to_py(py, &cut.message)?))
                 })
                 .collect()
@@ -845,21 +1011,24 @@ impl Conversation {
     }
 }
 
-/// `message` (a block dict) with its text replaced by `text` when given and the arguments of
-/// the calls `clear_calls` emptied, in whatever shape the block came (see the core's
-/// `rewrite_block`). `InvalidBlocks` when it is not a valid block.
+/// `message` (a block dict) with its text replaced by `text` when given, the arguments of the
+/// calls `clear_calls` emptied, and with `clear_reasoning` its reasoning parts and fields removed,
+/// in whatever shape the block came (see the core's `rewrite_block`). `InvalidBlocks` when it is
+/// not a valid block.
 #[pyfunction]
-#[pyo3(signature = (message, text, clear_calls=Vec::new()))]
+#[pyo3(signature = (message, text, clear_calls=Vec::new(), clear_reasoning=false))]
 fn rewrite_block<'py>(
     py: Python<'py>,
     message: &Bound<'py, PyAny>,
     text: Option<&str>,
     clear_calls: Vec<String>,
+    clear_reasoning: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     guarded(|| {
         let calls: Vec<&str> = clear_calls.iter().map(String::as_str).collect();
-        let value = core_rewrite_block(&convert::PyNode(message.as_borrowed()), 0, "message", text, &calls)
-            .map_err(invalid_blocks)?;
+        let how = Rewrite { text, clear_calls: &calls, clear_reasoning };
+        let value =
+            core_rewrite_block(&convert::PyNode(message.as_borrowed()), 0, "message", how).map_err(invalid_blocks)?;
         convert::value_to_py(py, &value)
     })
 }
@@ -867,15 +1036,19 @@ fn rewrite_block<'py>(
 /// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
 enum Item<'a> {
     Text(&'a str),
-    Block(Block),
+    Block(Box<Block>),
 }
 
-/// Token counts of texts (text tokens) and blocks (block tokens) under one profile. Strings are
-/// read in place; the counting runs without the GIL, across cores for a large batch.
+/// Token counts of texts (text tokens) and blocks (block tokens) under one profile, each block
+/// on its own (its reasoning counted as the rule, or `reasoning`, counts it in a conversation of
+/// that block alone). Strings are read in place; the counting runs without the GIL, across cores
+/// for a large batch.
 #[pyfunction]
-fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyResult<Vec<u64>> {
+#[pyo3(signature = (items, profile, reasoning=None))]
+fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str, reasoning: Option<&str>) -> PyResult<Vec<u64>> {
     guarded(|| {
         let profile = profile_named(py, profile)?;
+        let retention = retention_of(&profile, reasoning)?;
         let nodes = convert::sequence(items).map_err(|e| not_a_list("items", e))?;
         let mut violations = Vec::new();
         let mut parsed = Vec::with_capacity(nodes.len());
@@ -883,7 +1056,7 @@ fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyRes
             match node.shape() {
                 Shape::Str(text) => parsed.push(Item::Text(text)),
                 Shape::Object => match parse_block(node, i, "items") {
-                    Ok(block) => parsed.push(Item::Block(block)),
+                    Ok(block) => parsed.push(Item::Block(Box::new(block))),
                     Err(v) => violations.extend(v),
                 },
                 other => violations.push(Violation {
@@ -906,7 +1079,10 @@ fn count_items(py: Python<'_>, items: &Bound<'_, PyAny>, profile: &str) -> PyRes
                 },
                 |item| match item {
                     Item::Text(text) => profile.text_tokens(text),
-                    Item::Block(block) => block_tokens(&profile, block),
+                    Item::Block(block) => {
+                        let counted = retention.counted(std::slice::from_ref(block))[0];
+                        block_count(&profile, block).total(counted)
+                    }
                 },
             )
         }))
@@ -965,6 +1141,10 @@ struct ProfileDescription {
     prompt_overhead: u64,
     image_rule: String,
     overhead_source: String,
+    /// Which reasoning sent back is counted: "all", "current_turn" or "tool_turns".
+    reasoning_rule: &'static str,
+    /// The provider's published rule it follows (or that none is published).
+    reasoning_source: String,
 }
 
 impl From<&ProfileInfo> for ProfileDescription {
@@ -985,6 +1165,8 @@ impl From<&ProfileInfo> for ProfileDescription {
             prompt_overhead: framing.prompt,
             image_rule: framing.images.describe(),
             overhead_source: info.framing_source.clone(),
+            reasoning_rule: framing.reasoning.retention.as_str(),
+            reasoning_source: framing.reasoning.source.to_owned(),
         }
     }
 }

@@ -90,6 +90,39 @@ pub struct Image {
     pub height: Option<u64>,
 }
 
+/// Where a block's reasoning comes from: decides whether it is signed and whether a provider lets
+/// it be left out (docs/semantics.md §1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningSource {
+    /// An OpenAI Responses `reasoning` item: its summary and content text, its `encrypted_content`.
+    ResponsesItem,
+    /// An Anthropic `thinking` part, covered by its `signature`.
+    Thinking,
+    /// An Anthropic `redacted_thinking` part: encrypted `data`.
+    RedactedThinking,
+    /// A chat message's `reasoning_content` (DeepSeek, Moonshot, Qwen) or `reasoning` (vLLM) text.
+    Content,
+}
+
+impl ReasoningSource {
+    /// Signed or encrypted: the provider refuses it changed, so it is never cut or rewritten.
+    pub fn signed(self) -> bool {
+        self != ReasoningSource::Content
+    }
+}
+
+/// One piece of reasoning a block carries. Never cut by the char cap, never part of the block's
+/// text (summaries and relevance do not read it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reasoning {
+    pub source: ReasoningSource,
+    /// Reasoning text as sent (thinking, summaries, reasoning_content), each counted on its own.
+    pub texts: Strings,
+    /// Encrypted payloads (`encrypted_content`, redacted `data`): counted as text, an estimate,
+    /// since no provider publishes what they cost.
+    pub opaque: Strings,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
     /// The given id, or `#<index>` when the block has none.
@@ -110,6 +143,11 @@ pub struct Block {
     pub relevance: Option<f64>,
     /// `meta.manualExcluded`: the caller asks the `manual` strategy to leave this block out.
     pub manual_excluded: bool,
+    /// Reasoning in reading order (usually none, or one).
+    pub reasoning: Vec<Reasoning>,
+    /// `meta.reasoning_tokens`: the tokens the provider reported for this block's reasoning,
+    /// counted instead of its text.
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl Block {
@@ -118,14 +156,29 @@ impl Block {
         matches!(self.kind, Kind::System | Kind::Character) || (self.role == Role::System && self.kind == Kind::Message)
     }
 
-    /// Code points of the text pieces: what `max_block_chars` limits.
+    /// Code points of the text pieces and the reasoning text: what `max_block_chars` limits.
     pub fn char_count(&self) -> usize {
-        self.pieces.iter().map(|p| p.chars().count()).sum()
+        self.pieces.iter().map(|p| p.chars().count()).sum::<usize>() + self.reasoning_chars()
+    }
+
+    /// Code points of the reasoning text, which the char cap never cuts.
+    pub fn reasoning_chars(&self) -> usize {
+        self.reasoning.iter().flat_map(|r| &r.texts).map(|t| t.chars().count()).sum()
+    }
+
+    /// An OpenAI Responses `reasoning` item: it belongs with the output items after it.
+    pub fn is_reasoning_item(&self) -> bool {
+        self.reasoning.iter().any(|r| r.source == ReasoningSource::ResponsesItem)
     }
 
     /// Bytes of text a profile counts in this block: what decides whether counting is parallel.
     pub fn text_bytes(&self) -> usize {
         let calls: usize = self.calls.iter().map(|c| c.name.len() + c.arguments.len()).sum();
-        self.pieces.iter().map(String::len).sum::<usize>() + calls + self.name.as_ref().map_or(0, String::len)
+        let reasoning: usize =
+            self.reasoning.iter().flat_map(|r| r.texts.iter().chain(&r.opaque)).map(String::len).sum();
+        self.pieces.iter().map(String::len).sum::<usize>()
+            + calls
+            + reasoning
+            + self.name.as_ref().map_or(0, String::len)
     }
 }

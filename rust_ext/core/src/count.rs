@@ -6,30 +6,63 @@ use crate::profile::{Profile, ToolRule};
 use crate::tools::Tool;
 use rayon::prelude::*;
 
-/// docs/design.md §4: framing + text pieces + participant name + tool calls (their framing, names and
-/// arguments) + images, each piece counted on its own.
-pub fn block_tokens(profile: &Profile, block: &Block) -> u64 {
-    block_tokens_with(profile, block, |text| profile.text_tokens(text))
+/// A block's tokens in two parts: everything but its reasoning, and its reasoning, which the
+/// provider's rule may leave out of the prompt (`reasoning::Retention`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockCount {
+    pub base: u64,
+    pub reasoning: u64,
 }
 
-/// `block_tokens` with each text's tokens from `text_tokens`, called for every non-empty text the
+impl BlockCount {
+    /// The block's tokens, with its reasoning when the prompt counts it.
+    pub fn total(self, reasoning_counted: bool) -> u64 {
+        self.base + if reasoning_counted { self.reasoning } else { 0 }
+    }
+}
+
+/// docs/design.md §4: framing + text pieces + participant name + tool calls (their framing, names and
+/// arguments) + images, each piece counted on its own; apart, its reasoning: the tokens the
+/// provider reported for it, else its text and encrypted payloads counted as text, plus the
+/// profile's reasoning framing.
+pub fn block_count(profile: &Profile, block: &Block) -> BlockCount {
+    block_count_with(profile, block, |text| profile.text_tokens(text))
+}
+
+/// `block_count(..).total(reasoning_counted)`.
+pub fn block_tokens(profile: &Profile, block: &Block, reasoning_counted: bool) -> u64 {
+    block_count(profile, block).total(reasoning_counted)
+}
+
+/// `block_count` with each text's tokens from `text_tokens`, called for every non-empty text the
 /// count uses, in the same order every time (so one pass can collect the texts, and a second
 /// hand back their counts).
-fn block_tokens_with<'b>(profile: &Profile, block: &'b Block, mut text_tokens: impl FnMut(&'b str) -> u64) -> u64 {
+fn block_count_with<'b>(
+    profile: &Profile,
+    block: &'b Block,
+    mut text_tokens: impl FnMut(&'b str) -> u64,
+) -> BlockCount {
     let mut tokens = |text: &'b str| if text.is_empty() { 0 } else { text_tokens(text) };
     let text: u64 = block.pieces.iter().map(|p| tokens(p)).sum();
     let calls: u64 = block.calls.iter().map(|c| profile.call_overhead() + tokens(&c.name) + tokens(&c.arguments)).sum();
     let images: u64 = block.images.iter().map(|i| profile.image_tokens(i)).sum();
     let name = block.name.as_deref().map_or(0, |name| profile.name_tokens_with(name, &mut tokens));
-    profile.block_overhead(block.role) + text + name + calls + images
+    let base = profile.block_overhead(block.role) + text + name + calls + images;
+    if block.reasoning.is_empty() {
+        return BlockCount { base, reasoning: 0 };
+    }
+    let reasoning = block.reasoning_tokens.unwrap_or_else(|| {
+        block.reasoning.iter().flat_map(|r| r.texts.iter().chain(&r.opaque)).map(|t| tokens(t)).sum()
+    });
+    BlockCount { base, reasoning: reasoning + profile.reasoning_rule().overhead }
 }
 
 /// Blocks counted together: their texts looked up in the count cache at once (see
 /// `Profile::texts_tokens`), then each block's count assembled from them.
-fn block_tokens_batched(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
+fn block_counts_batched(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     let mut texts = Vec::new();
     for block in blocks {
-        block_tokens_with(profile, block, |text| {
+        block_count_with(profile, block, |text| {
             texts.push(text);
             0
         });
@@ -37,7 +70,7 @@ fn block_tokens_batched(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
     let mut counts = profile.texts_tokens(&texts).into_iter();
     blocks
         .iter()
-        .map(|block| block_tokens_with(profile, block, |_| counts.next().expect("one count per text collected")))
+        .map(|block| block_count_with(profile, block, |_| counts.next().expect("one count per text collected")))
         .collect()
 }
 
@@ -126,16 +159,16 @@ pub fn batch<T: Sync, R: Send>(
 }
 
 /// Tokens of each block, in order. Takes references so a caller can count any selection.
-pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<u64> {
+pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     if !profile.uses_cache() {
-        return batch(profile, blocks, |b| b.text_bytes(), |b| block_tokens(profile, b));
+        return batch(profile, blocks, |b| b.text_bytes(), |b| block_count(profile, b));
     }
     // Fewer blocks make smaller batches, so a few large blocks counted cold still spread over
     // the pool (sizing batches by their text instead reads every block once more: slower).
     let per_batch = (blocks.len() / (4 * rayon::current_num_threads())).clamp(1, LOOKUP_BATCH);
     let chunks: Vec<&[&Block]> = blocks.chunks(per_batch).collect();
     let bytes = |chunk: &&[&Block]| chunk.iter().map(|b| b.text_bytes()).sum();
-    let counted = |chunk: &&[&Block]| block_tokens_batched(profile, chunk);
+    let counted = |chunk: &&[&Block]| block_counts_batched(profile, chunk);
     batch(profile, &chunks, bytes, counted).concat()
 }
 
@@ -171,6 +204,8 @@ mod tests {
             injected: false,
             relevance: None,
             manual_excluded: false,
+            reasoning: Vec::new(),
+            reasoning_tokens: None,
         }
     }
 
@@ -181,16 +216,16 @@ mod tests {
         b.calls.push(ToolCall { id: "c".to_owned(), name: "search".to_owned(), arguments: "{}".to_owned() });
         b.images.push(Image::default());
         b.name = Some("ignored by the heuristic".to_owned());
-        assert_eq!(block_tokens(&h, &b), 4 + 1 + 2 + 2 + 1 + 765);
+        assert_eq!(block_tokens(&h, &b, true), 4 + 1 + 2 + 2 + 1 + 765);
     }
 
     #[test]
     fn openai_block_counts_name_and_role_framing() {
         let p = profile_by_name("o200k_base").unwrap();
         let mut b = block(Role::User, &["Hello world"]);
-        assert_eq!(block_tokens(&p, &b), 4 + 2);
+        assert_eq!(block_tokens(&p, &b, true), 4 + 2);
         b.name = Some("alice".to_owned());
-        assert_eq!(block_tokens(&p, &b), 4 + 2 + 1 + p.text_tokens("alice"));
+        assert_eq!(block_tokens(&p, &b, true), 4 + 2 + 1 + p.text_tokens("alice"));
     }
 
     /// The worked example of the OpenAI cookbook "How to count tokens with tiktoken", section 7
@@ -225,7 +260,7 @@ mod tests {
         ];
         for (profile, api_count) in [("o200k_base", 101), ("cl100k_base", 105)] {
             let p = profile_by_name(profile).unwrap();
-            let prompt: u64 = messages.iter().map(|b| block_tokens(&p, b)).sum::<u64>() + p.prompt_overhead();
+            let prompt: u64 = messages.iter().map(|b| block_tokens(&p, b, true)).sum::<u64>() + p.prompt_overhead();
             assert_eq!(prompt + tools_tokens(&p, &tools), api_count, "{profile}");
         }
     }
@@ -251,12 +286,32 @@ mod tests {
     }
 
     #[test]
+    fn reasoning_counts_apart_by_what_is_known() {
+        let values = serde_json::json!([
+            {"role": "assistant", "reasoning_content": "abcd", "content": "x"},
+            {"type": "reasoning", "summary": [], "encrypted_content": "abcdefgh"},
+            {"role": "assistant", "reasoning_content": "abcd", "meta": {"reasoning_tokens": 500}}
+        ]);
+        let blocks = crate::parse::parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let refs: Vec<&Block> = blocks.iter().collect();
+        let h = profile_by_name("heuristic").unwrap();
+        let heuristic = [(5, 1), (4, 2), (4, 500)].map(|(base, reasoning)| BlockCount { base, reasoning });
+        assert_eq!(count_blocks(&h, &refs), heuristic);
+        assert_eq!(heuristic[0].total(false), 5);
+        // Qwen's template wraps counted reasoning in <think> tags: 5 tokens more.
+        let q = profile_by_name("qwen").unwrap();
+        let qwen = count_blocks(&q, &refs);
+        assert_eq!(qwen[2].reasoning, 505);
+        assert_eq!(qwen[0].reasoning, q.text_tokens("abcd") + 5);
+    }
+
+    #[test]
     fn tool_calls_carry_the_openai_call_framing_and_the_heuristic_none() {
         let mut b = block(Role::Assistant, &[]);
         b.calls.push(ToolCall { id: "c".to_owned(), name: "get".to_owned(), arguments: "{}".to_owned() });
         let o = profile_by_name("o200k_base").unwrap();
-        assert_eq!(block_tokens(&o, &b), 4 + 3 + o.text_tokens("get") + o.text_tokens("{}"));
-        assert_eq!(block_tokens(&profile_by_name("heuristic").unwrap(), &b), 4 + 1 + 1);
+        assert_eq!(block_tokens(&o, &b, true), 4 + 3 + o.text_tokens("get") + o.text_tokens("{}"));
+        assert_eq!(block_tokens(&profile_by_name("heuristic").unwrap(), &b, true), 4 + 1 + 1);
     }
 
     #[test]
@@ -285,7 +340,7 @@ mod tests {
         let blocks: Vec<Block> = blocks.into_iter().chain((0..4).map(|_| block(Role::User, &[&big]))).collect();
         let refs: Vec<&Block> = blocks.iter().collect();
         for _ in 0..2 {
-            let alone: Vec<u64> = refs.iter().map(|b| block_tokens(&p, b)).collect();
+            let alone: Vec<BlockCount> = refs.iter().map(|b| block_count(&p, b)).collect();
             assert_eq!(count_blocks(&p, &refs), alone);
             assert_eq!(count_blocks(&p, &refs[..5]), alone[..5]);
         }

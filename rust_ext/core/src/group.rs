@@ -1,7 +1,8 @@
 //! Tool-call groups: blocks that share any call id (issued or answered) are one group,
-//! however far apart (union-find). Groups are numbered by their earliest member.
+//! however far apart (union-find), and a Responses reasoning item joins the output items that
+//! follow it. Groups are numbered by their earliest member.
 
-use crate::block::Block;
+use crate::block::{Block, Role};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 
@@ -32,6 +33,17 @@ impl Groups {
                         slot.insert(i);
                     }
                 }
+            }
+        }
+
+        // A Responses reasoning item goes with the output items of its response: the assistant
+        // blocks after it, up to a block of another role or the next reasoning item. The API
+        // refuses either half without the other.
+        for i in (0..n).filter(|&i| blocks[i].is_reasoning_item()) {
+            let run =
+                blocks[i + 1..].iter().take_while(|b| b.role == Role::Assistant && !b.is_reasoning_item()).count();
+            for j in i + 1..=i + run {
+                union(&mut parent, i, j);
             }
         }
 
@@ -129,6 +141,27 @@ mod tests {
         assert!(!g.is_orphan(1));
         assert!(g.is_orphan(3));
         assert!(!g.is_orphan(0));
+    }
+
+    #[test]
+    fn a_reasoning_item_joins_the_output_items_of_its_response() {
+        // The shape of OpenAI's function-calling loop: reasoning, its calls, their outputs, then
+        // reasoning and the answer message; a user turn and the next reasoning item end a run.
+        let g = groups(json!([
+            {"role": "user", "content": "weather in Paris and Bogota?"},
+            {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call", "id": "fc_2", "call_id": "call_2", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "15C"},
+            {"type": "function_call_output", "call_id": "call_2", "output": "18C"},
+            {"type": "reasoning", "id": "rs_2", "summary": []},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Paris 15C"}]},
+            {"role": "user", "content": "thanks"},
+            {"type": "reasoning", "id": "rs_3", "summary": []},
+            {"type": "reasoning", "id": "rs_4", "summary": []},
+            {"role": "assistant", "content": "bye"}
+        ]));
+        assert_eq!(g.group_of, [0, 1, 1, 1, 1, 1, 2, 2, 3, 4, 5, 5]);
     }
 
     #[test]

@@ -19,20 +19,23 @@ pub mod parse;
 pub mod plan;
 #[cfg(feature = "counting")]
 pub mod profile;
+pub mod reasoning;
 pub mod relevance;
 pub mod repair;
 pub mod tools;
 pub mod verbatim;
 pub mod wire;
 
-pub use block::{Block, Image, Kind, Role, ToolCall};
+pub use block::{Block, Image, Kind, Reasoning, ReasoningSource, Role, ToolCall};
 #[cfg(feature = "counting")]
 pub use count::{block_tokens, count_blocks};
 pub use group::Groups;
 pub use parse::{
-    parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, Node, Shape, Violation,
+    parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, Node, OverCap, Rewrite, Shape,
+    Violation,
 };
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
 #[cfg(feature = "counting")]
 pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};
+pub use reasoning::{ReasoningRule, Retention};
 pub use repair::Repair;

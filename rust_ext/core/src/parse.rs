@@ -6,7 +6,7 @@
 //! for Python objects, so dict blocks are read in place with no intermediate copy and both
 //! routes share one parser.
 
-use crate::block::{Block, Image, Kind, Role, Strings, ToolCall};
+use crate::block::{Block, Image, Kind, Reasoning, ReasoningSource, Role, Strings, ToolCall};
 use crate::json_text::to_json_text;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
@@ -156,10 +156,21 @@ pub struct CharCut {
     pub message: Value,
 }
 
+/// A block over its char cap whose reasoning alone leaves no room: reasoning is never cut, so the
+/// block is not cut either, and the plan leaves it out whole (`REASONING_OVER_CAP`) unless its
+/// group is protected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OverCap {
+    pub index: usize,
+    pub reasoning_chars: usize,
+    pub cap: usize,
+}
+
 #[derive(Clone, Debug)]
 pub struct Conversation {
     pub blocks: Vec<Block>,
     pub cuts: Vec<CharCut>,
+    pub over_cap: Vec<OverCap>,
 }
 
 /// Ends every block the char cap cut.
@@ -204,6 +215,7 @@ pub fn parse_conversation<N: Node>(
     let cap = cap.into();
     let mut blocks = Vec::with_capacity(nodes.len());
     let mut cuts = Vec::new();
+    let mut over_cap = Vec::new();
     let mut violations = Vec::new();
     // Every block with a readable id takes part in the duplicate check, including blocks with
     // other errors, so one request reports every problem. The check runs after the loop over
@@ -220,13 +232,22 @@ pub fn parse_conversation<N: Node>(
         };
         // Bytes bound code points from above, so most blocks skip the code point count.
         let max_chars = cap.of(&block);
-        let bytes: usize = block.pieces.iter().map(String::len).sum();
+        let reasoning_bytes: usize = block.reasoning.iter().flat_map(|r| &r.texts).map(String::len).sum();
+        let bytes = block.pieces.iter().map(String::len).sum::<usize>() + reasoning_bytes;
         if bytes <= max_chars || block.char_count() <= max_chars {
             ids.push((index, Id::Parsed(blocks.len())));
             blocks.push(block);
             continue;
         }
-        match cut_block(node, index, list_name, max_chars) {
+        // Reasoning is never cut: the text gets what it leaves, or the block goes whole.
+        let reasoning_chars = block.reasoning_chars();
+        if reasoning_chars + TRUNCATED_SUFFIX.len() > max_chars {
+            over_cap.push(OverCap { index, reasoning_chars, cap: max_chars });
+            ids.push((index, Id::Parsed(blocks.len())));
+            blocks.push(block);
+            continue;
+        }
+        match cut_block(node, index, list_name, max_chars - reasoning_chars) {
             Ok((cut_block, cut)) => {
                 ids.push((index, Id::Parsed(blocks.len())));
                 blocks.push(cut_block);
@@ -240,7 +261,7 @@ pub fn parse_conversation<N: Node>(
     }
     let mut all = duplicate_ids(&ids, &blocks, list_name);
     if all.is_empty() && violations.is_empty() {
-        return Ok(Conversation { blocks, cuts });
+        return Ok(Conversation { blocks, cuts, over_cap });
     }
     all.extend(violations);
     all.sort_by_key(|v| v.index); // stable: a block's duplicate id before its other violations
@@ -288,8 +309,8 @@ pub fn parse_block<N: Node>(node: &N, index: usize, list_name: &str) -> Result<B
     read_block(node, index, list_name, false).map(|(block, _)| block)
 }
 
-/// Reads the block again recording where each text piece lives, cuts its text, and rewrites
-/// those places in a copy of its message.
+/// Reads the block again recording where each text piece lives, cuts its text to `max_block_chars`
+/// code points (what its reasoning leaves), and rewrites those places in a copy of its message.
 fn cut_block<N: Node>(
     node: &N,
     index: usize,
@@ -312,17 +333,22 @@ fn cut_block<N: Node>(
     Ok((block, CharCut { index, original, message }))
 }
 
-/// The message of block `node` with its text replaced by `text` (the first text piece becomes
-/// `text`, later pieces empty; a block without text stays as is) when given, and the arguments
-/// of the calls in `clear_calls` emptied (`"{}"` where they are JSON text, `{}` where an object):
-/// a tool result cleared in place, in whatever shape it came.
-pub fn rewrite_block<N: Node>(
-    node: &N,
-    index: usize,
-    list_name: &str,
-    text: Option<&str>,
-    clear_calls: &[&str],
-) -> Result<Value, Vec<Violation>> {
+/// How to rewrite a block (`rewrite_block`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Rewrite<'a> {
+    /// The first text piece becomes this, later pieces empty (a block without text stays as is).
+    pub text: Option<&'a str>,
+    /// Calls whose arguments are emptied (`"{}"` where they are JSON text, `{}` where an object).
+    pub clear_calls: &'a [&'a str],
+    /// Its reasoning parts and fields are removed (a Responses reasoning item's are not: the item
+    /// is its reasoning).
+    pub clear_reasoning: bool,
+}
+
+/// The message of block `node` rewritten as `how` says: a tool result cleared in place, or old
+/// reasoning left out, in whatever shape the block came. Reasoning is never edited, only removed.
+pub fn rewrite_block<N: Node>(node: &N, index: usize, list_name: &str, how: Rewrite) -> Result<Value, Vec<Violation>> {
+    let Rewrite { text, clear_calls, clear_reasoning } = how;
     let (_, places) = read_block(node, index, list_name, true)?;
     let mut message = node
         .to_json()
@@ -342,7 +368,30 @@ pub fn rewrite_block<N: Node>(
             }
         }
     }
+    if clear_reasoning {
+        // Latest first, so removing a part leaves the indices of earlier ones as they were.
+        for pointer in places.reasoning.iter().rev() {
+            remove_at(&mut message, pointer);
+        }
+    }
     Ok(message)
+}
+
+/// Removes the array element or object entry JSON pointer `pointer` names, if present.
+fn remove_at(message: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else { return };
+    let key = last.replace("~1", "/").replace("~0", "~");
+    match message.pointer_mut(parent) {
+        Some(Value::Array(items)) => {
+            if let Some(i) = key.parse::<usize>().ok().filter(|&i| i < items.len()) {
+                items.remove(i);
+            }
+        }
+        Some(Value::Object(entries)) => {
+            entries.shift_remove(&key);
+        }
+        _ => {}
+    }
 }
 
 /// Keeps `max_chars - 11` code points of text, then the suffix; later pieces become empty.
@@ -424,11 +473,13 @@ struct Reader {
     places: Option<Places>,
 }
 
-/// JSON pointers inside a block: of its text pieces in piece order, and of each call's arguments.
+/// JSON pointers inside a block: of its text pieces in piece order, of each call's arguments, and
+/// of the reasoning a rewrite may remove (parts and fields, in reading order).
 #[derive(Default)]
 struct Places {
     pieces: Vec<String>,
     arguments: Vec<(String, String)>,
+    reasoning: Vec<String>,
 }
 
 /// What reading content-like fields yields.
@@ -438,6 +489,7 @@ struct Parts {
     calls: Vec<ToolCall>,
     result_ids: Strings,
     images: Vec<Image>,
+    reasoning: Vec<Reasoning>,
 }
 
 impl Reader {
@@ -455,6 +507,7 @@ impl Reader {
             output: "output", tool_calls: "tool_calls", pinned: "pinned", mandatory: "mandatory",
             injected: "injected", relevance: "relevance", meta: "meta", name: "name", arguments: "arguments",
             r0: "toolCallId", r1: "tool_call_id", r2: "callId", r3: "call_id", r4: "tool_use_id",
+            reasoning_content: "reasoning_content", reasoning: "reasoning", encrypted: "encrypted_content",
         });
         let id = match self.string(id.as_ref(), &at.key("id")) {
             Some("") => {
@@ -503,10 +556,12 @@ impl Reader {
         };
 
         let mut parts = Parts::default();
+        self.reasoning_fields(reasoning_content.as_ref(), reasoning.as_ref(), at, &mut parts);
         if item_type == Some("reasoning") {
-            self.content(summary.as_ref(), &at.key("summary"), &mut parts);
+            self.reasoning_item(summary.as_ref(), content.as_ref(), encrypted.as_ref(), at, &mut parts);
+        } else {
+            self.content(content.as_ref(), &at.key("content"), &mut parts);
         }
-        self.content(content.as_ref(), &at.key("content"), &mut parts);
         if item_type == Some("function_call_output") {
             self.content(output.as_ref(), &at.key("output"), &mut parts);
         }
@@ -541,14 +596,16 @@ impl Reader {
             }
         }
         let mut manual_excluded = false;
+        let mut reasoning_tokens = None;
         if let Some(meta) = meta {
             let meta_at = at.key("meta");
             if matches!(meta.shape(), Shape::Object) {
                 read_fields!(meta, {
                     m0: "toolCallId", m1: "tool_call_id", m2: "callId", m3: "call_id", m4: "tool_use_id",
-                    manual: "manualExcluded",
+                    manual: "manualExcluded", reported: "reasoning_tokens",
                 });
                 manual_excluded = self.flag(manual.as_ref(), &meta_at.key("manualExcluded"));
+                reasoning_tokens = self.size(reported.as_ref(), &meta_at.key("reasoning_tokens"));
                 for (key, value) in RESULT_ID_KEYS.iter().zip(&[m0, m1, m2, m3, m4]) {
                     if let Some(value) = value {
                         parts.result_ids.extend(self.required_id(Some(value), &meta_at.key(key)));
@@ -579,7 +636,58 @@ impl Reader {
             injected,
             relevance,
             manual_excluded,
+            reasoning: parts.reasoning,
+            reasoning_tokens,
         }
+    }
+
+    /// A chat message's `reasoning_content` and `reasoning` (vLLM's newer name; its replies carry
+    /// both, with the same text, which then counts once).
+    fn reasoning_fields<N: Node>(&mut self, content: Option<&N>, reasoning: Option<&N>, at: &Path, parts: &mut Parts) {
+        let mut texts = Strings::new();
+        for (node, key) in [(content, "reasoning_content"), (reasoning, "reasoning")] {
+            let field_at = at.key(key);
+            if let Some(text) = self.string(node, &field_at) {
+                if let Some(places) = &mut self.places {
+                    places.reasoning.push(field_at.pointer());
+                }
+                if !texts.iter().any(|t| t == text) {
+                    texts.push(text.to_owned());
+                }
+            }
+        }
+        if !texts.is_empty() {
+            parts.reasoning.push(Reasoning { source: ReasoningSource::Content, texts, opaque: Strings::new() });
+        }
+    }
+
+    /// A Responses `reasoning` item: its summary and content parts and its `encrypted_content` are
+    /// all its reasoning (anything else its parts hold counts as usual).
+    fn reasoning_item<N: Node>(
+        &mut self,
+        summary: Option<&N>,
+        content: Option<&N>,
+        encrypted: Option<&N>,
+        at: &Path,
+        parts: &mut Parts,
+    ) {
+        let mut inner = Parts::default();
+        let recorded = self.places.as_ref().map(|p| p.pieces.len());
+        self.content(summary, &at.key("summary"), &mut inner);
+        self.content(content, &at.key("content"), &mut inner);
+        if let (Some(places), Some(recorded)) = (&mut self.places, recorded) {
+            places.pieces.truncate(recorded); // reasoning text is not the block's text
+        }
+        let opaque = self.string(encrypted, &at.key("encrypted_content")).map(str::to_owned);
+        parts.calls.extend(inner.calls);
+        parts.result_ids.extend(inner.result_ids);
+        parts.images.extend(inner.images);
+        parts.reasoning.extend(inner.reasoning);
+        parts.reasoning.push(Reasoning {
+            source: ReasoningSource::ResponsesItem,
+            texts: inner.pieces,
+            opaque: opaque.into_iter().collect(),
+        });
     }
 
     /// An optional string; a value of another type is a violation.
@@ -731,12 +839,25 @@ impl Reader {
         parts.pieces.push(text);
     }
 
-    /// A required text field of a part.
+    /// A required text field of a part, as a text piece.
     fn text<N: Node>(&mut self, node: Option<&N>, at: &Path, parts: &mut Parts) {
-        let Some(node) = node else { return self.violation(at, "missing") };
+        if let Some(text) = self.required_text(node, at) {
+            self.piece(parts, text, at);
+        }
+    }
+
+    /// A required string field.
+    fn required_text<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Option<String> {
+        let Some(node) = node else {
+            self.violation(at, "missing");
+            return None;
+        };
         match node.shape() {
-            Shape::Str(s) => self.piece(parts, s.to_owned(), at),
-            _ => self.wrong_type(at, "a string", node),
+            Shape::Str(s) => Some(s.to_owned()),
+            _ => {
+                self.wrong_type(at, "a string", node);
+                None
+            }
         }
     }
 
@@ -748,7 +869,7 @@ impl Reader {
             part_type: "type", text: "text", refusal: "refusal", thinking: "thinking", id: "id", name: "name",
             input: "input", args: "args", tool_call_id: "toolCallId", tool_name: "toolName",
             tool_use_id: "tool_use_id", content: "content", output: "output", result: "result",
-            detail: "detail", image_url: "image_url", width: "width", height: "height",
+            detail: "detail", image_url: "image_url", width: "width", height: "height", data: "data",
         });
         let type_at = at.key("type");
         let Some(part_type) = part_type else { return self.violation(&type_at, "missing") };
@@ -758,8 +879,19 @@ impl Reader {
                 self.text(text.as_ref(), &at.key("text"), parts)
             }
             "refusal" => self.text(refusal.as_ref(), &at.key("refusal"), parts),
-            "thinking" => self.text(thinking.as_ref(), &at.key("thinking"), parts),
-            "redacted_thinking" => {}
+            "thinking" | "redacted_thinking" => {
+                let (source, texts, opaque) = if part_type == "thinking" {
+                    let text = self.required_text(thinking.as_ref(), &at.key("thinking"));
+                    (ReasoningSource::Thinking, text.into_iter().collect(), Strings::new())
+                } else {
+                    let data = self.string(data.as_ref(), &at.key("data")).map(str::to_owned);
+                    (ReasoningSource::RedactedThinking, Strings::new(), data.into_iter().collect())
+                };
+                if let Some(places) = &mut self.places {
+                    places.reasoning.push(at.pointer());
+                }
+                parts.reasoning.push(Reasoning { source, texts, opaque });
+            }
             "image_url" | "image" | "input_image" => {
                 let nested_detail = image_url.filter(|u| matches!(u.shape(), Shape::Object)).and_then(|url| {
                     read_fields!(url, { detail: "detail" });
@@ -871,7 +1003,104 @@ mod tests {
             (b[1].role, b[1].result_ids.as_slice(), b[1].pieces.as_slice()),
             (Role::Tool, &["c1".to_owned()][..], &["42".to_owned()][..])
         );
-        assert_eq!((b[2].role, b[2].pieces[0].as_str()), (Role::Assistant, "think"));
+        assert_eq!((b[2].role, b[2].reasoning[0].texts[0].as_str()), (Role::Assistant, "think"));
+        assert!(b[2].pieces.is_empty() && b[2].is_reasoning_item());
+    }
+
+    /// The providers' published shapes: an OpenAI reasoning item with encrypted content, Anthropic
+    /// thinking and redacted thinking beside a tool_use, DeepSeek's reasoning_content, and vLLM's
+    /// reply carrying both reasoning fields; reasoning is never a text piece.
+    #[test]
+    fn reasoning_in_every_shape() {
+        let conv = parse(json!([
+            {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "plan"}],
+             "encrypted_content": "gAAAAB"},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Let me check.", "signature": "EqQB"},
+                {"type": "redacted_thinking", "data": "EmwKAhgB"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}
+            ]},
+            {"role": "assistant", "content": "", "reasoning_content": "The user wants the time.",
+             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}}]},
+            {"role": "assistant", "content": "9.8", "reasoning": "compare", "reasoning_content": "compare",
+             "meta": {"reasoning_tokens": 120}}
+        ]))
+        .unwrap();
+        let b = &conv.blocks;
+        let sources: Vec<Vec<ReasoningSource>> =
+            b.iter().map(|b| b.reasoning.iter().map(|r| r.source).collect()).collect();
+        assert_eq!(
+            sources,
+            [
+                vec![ReasoningSource::ResponsesItem],
+                vec![ReasoningSource::Thinking, ReasoningSource::RedactedThinking],
+                vec![ReasoningSource::Content],
+                vec![ReasoningSource::Content]
+            ]
+        );
+        assert_eq!(b[0].reasoning[0].opaque.as_slice(), ["gAAAAB"]);
+        assert_eq!(b[1].pieces.as_slice(), ["Checking."]);
+        assert_eq!(b[1].reasoning[1].opaque.as_slice(), ["EmwKAhgB"]);
+        assert_eq!(b[3].reasoning[0].texts.as_slice(), ["compare"], "the same text in both fields counts once");
+        assert_eq!((b[3].reasoning_tokens, b[2].reasoning_tokens), (Some(120), None));
+        assert_eq!(
+            fields(json!([
+                {"role": "assistant", "reasoning_content": 5},
+                {"role": "assistant", "content": [{"type": "thinking"}, {"type": "redacted_thinking", "data": 1}]},
+                {"type": "reasoning", "encrypted_content": []},
+                {"role": "assistant", "meta": {"reasoning_tokens": -1}}
+            ])),
+            [
+                "blocks[0].reasoning_content",
+                "blocks[1].content[0].thinking",
+                "blocks[1].content[1].data",
+                "blocks[2].encrypted_content",
+                "blocks[3].meta.reasoning_tokens"
+            ]
+        );
+    }
+
+    #[test]
+    fn char_cap_never_cuts_reasoning() {
+        let thinking = "t".repeat(100);
+        let values = json!([
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": thinking, "signature": "s"},
+                {"type": "text", "text": "x".repeat(100)}
+            ]},
+            {"role": "assistant", "reasoning_content": "r".repeat(190), "content": "y"}
+        ]);
+        let conv = parse_values(values.as_array().unwrap(), 150, "blocks").unwrap();
+        // The text gets what the thinking leaves: 150 - 100 - 11 characters and the suffix.
+        assert_eq!(conv.blocks[0].reasoning[0].texts[0], thinking);
+        assert_eq!(conv.blocks[0].pieces[0], format!("{}{TRUNCATED_SUFFIX}", "x".repeat(39)));
+        assert_eq!(conv.cuts[0].message["content"][0]["thinking"], Value::String(thinking.clone()));
+        // Reasoning alone over the cap: not cut, left for the plan to drop whole.
+        assert_eq!(conv.over_cap, [OverCap { index: 1, reasoning_chars: 190, cap: 150 }]);
+        assert_eq!(conv.blocks[1].pieces[0], "y");
+        assert_eq!(conv.cuts.len(), 1);
+    }
+
+    #[test]
+    fn clearing_reasoning_removes_parts_and_fields_and_nothing_else() {
+        let how = Rewrite { clear_reasoning: true, ..Rewrite::default() };
+        let anthropic = json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "a", "signature": "s1"},
+            {"type": "text", "text": "Checking."},
+            {"type": "redacted_thinking", "data": "d"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {}}
+        ]});
+        let cleared = rewrite_block(&&anthropic, 0, "blocks", how).unwrap();
+        assert_eq!(
+            cleared["content"],
+            json!([{"type": "text", "text": "Checking."}, {"type": "tool_use", "id": "t", "name": "f", "input": {}}])
+        );
+        let chat = json!({"role": "assistant", "reasoning_content": "r", "reasoning": "r", "content": "ok"});
+        assert_eq!(rewrite_block(&&chat, 0, "blocks", how).unwrap(), json!({"role": "assistant", "content": "ok"}));
+        // A reasoning item is its reasoning: nothing of it is removed.
+        let item = json!({"type": "reasoning", "summary": [{"type": "summary_text", "text": "s"}]});
+        assert_eq!(rewrite_block(&&item, 0, "blocks", how).unwrap(), item);
     }
 
     #[test]
@@ -967,8 +1196,8 @@ mod tests {
 
     #[test]
     fn rewrite_replaces_text_and_clears_arguments_in_every_shape() {
-        let rewrite = |value: Value, text: Option<&str>, calls: &[&str]| {
-            rewrite_block(&&value, 0, "blocks", text, calls).unwrap()
+        let rewrite = |value: Value, text: Option<&str>, clear_calls: &[&str]| {
+            rewrite_block(&&value, 0, "blocks", Rewrite { text, clear_calls, clear_reasoning: false }).unwrap()
         };
         // OpenAI: a tool message, and the call's string arguments.
         let tool =

@@ -59,6 +59,8 @@ reasons! {
     CharCap => "CHAR_CAP",
     UnpinnedByCap => "UNPINNED_BY_CAP",
     PluginExcluded => "PLUGIN_EXCLUDED",
+    /// Its reasoning alone is over the char cap and reasoning is never cut: left out whole.
+    ReasoningOverCap => "REASONING_OVER_CAP",
     /// Kept: the summary block a strategy inserted (made in Python).
     Summary => "SUMMARY",
     /// Truncations' hows (made in Python): `clear-tool-results` cleared a result or a call's
@@ -66,6 +68,9 @@ reasons! {
     ToolResultCleared => "TOOL_RESULT_CLEARED",
     ToolInputCleared => "TOOL_INPUT_CLEARED",
     PluginReplaced => "PLUGIN_REPLACED",
+    /// A truncation's how (made in Python): the reasoning of an old turn was left out
+    /// (`keep_reasoning_turns`).
+    ReasoningCleared => "REASONING_CLEARED",
 }
 
 impl Reason {
@@ -305,6 +310,12 @@ mod tests {
 
     type Decided = Vec<(String, bool, &'static str)>;
 
+    /// Block tokens under the heuristic profile (which counts all reasoning).
+    fn heuristic_tokens(blocks: &[Block]) -> Vec<u64> {
+        let counts = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
+        counts.iter().map(|c| c.total(true)).collect()
+    }
+
     fn plan(values: Value, budget: u64) -> Result<Decided, BudgetExceeded> {
         plan_with(values, budget, budget, &[], &[])
     }
@@ -317,7 +328,7 @@ mod tests {
         ranked: &[(usize, Reason)],
     ) -> Result<Decided, BudgetExceeded> {
         let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
-        let tokens = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
+        let tokens = heuristic_tokens(&blocks);
         let groups = Groups::build(&blocks);
         let unpinned = vec![false; blocks.len()];
         let protection = protection(&blocks, true, &unpinned);
@@ -333,7 +344,7 @@ mod tests {
 
     fn plan_repair(values: Value, budget: u64) -> Repair {
         let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
-        let tokens = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
+        let tokens = heuristic_tokens(&blocks);
         let groups = Groups::build(&blocks);
         let unpinned = vec![false; blocks.len()];
         let protection = protection(&blocks, true, &unpinned);
@@ -456,10 +467,7 @@ mod tests {
             {"id": "a2", "role": "assistant", "content": [{"type": "tool_use", "id": "c2", "name": "", "input": {}}]},
             {"id": "r2", "role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2", "content": "y"}]}
         ]);
-        let tokens = {
-            let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
-            count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>())
-        };
+        let tokens = { heuristic_tokens(&parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks) };
         let all: u64 = tokens.iter().sum();
         // Room for all but the first pair: the cut takes the task and that pair, the task comes
         // back in the room the pair left.

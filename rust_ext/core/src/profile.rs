@@ -7,6 +7,7 @@ use crate::block::{Image, Role};
 use crate::cache;
 use crate::counter::{Bpe, Heuristic, HfJson, TextCounter};
 use crate::image::ImageRule;
+use crate::reasoning::{ReasoningRule, Retention};
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +46,8 @@ pub struct Framing {
     pub call: u64,
     /// How the tool definitions sent with the prompt are counted.
     pub tools: ToolRule,
+    /// Which reasoning sent back the provider counts, and which it accepts left out.
+    pub reasoning: ReasoningRule,
 }
 
 /// How a chat format charges for the tool definitions sent with a prompt (`count::tools_tokens`).
@@ -202,6 +205,10 @@ impl Profile {
         self.info.framing.tools
     }
 
+    pub fn reasoning_rule(&self) -> ReasoningRule {
+        self.info.framing.reasoning
+    }
+
     pub fn parallel_min_bytes(&self) -> usize {
         self.counter.parallel_min_bytes()
     }
@@ -278,6 +285,27 @@ impl Builtin {
 pub const HEURISTIC_IMAGE_TOKENS: u64 = 765;
 pub const HEURISTIC_BLOCK_OVERHEAD: u64 = 4;
 
+/// Where a provider publishes no rule for reasoning sent back, all of it is counted (what is sent
+/// may be billed), and only what a provider documents as optional is ever left out: Anthropic
+/// thinking of earlier turns.
+const UNPUBLISHED_REASONING: ReasoningRule = ReasoningRule {
+    retention: Retention::All,
+    overhead: 0,
+    clear_thinking: true,
+    clear_content: false,
+    source: "no published rule: all reasoning sent is counted; reasoning_content is never left out \
+             (DeepSeek and Moonshot refuse tool-call turns without it)",
+};
+
+/// OpenAI: "reasoning items from previous turns are ignored and removed, since the model does not
+/// reuse reasoning items from previous turns" (cookbook, Better performance from reasoning models
+/// using the Responses API); within the turn they are passed back and billed as input.
+const OPENAI_REASONING: ReasoningRule = ReasoningRule {
+    retention: Retention::CurrentTurn,
+    source: "OpenAI cookbook, reasoning items: only the current turn's reasoning items are kept",
+    ..UNPUBLISHED_REASONING
+};
+
 const HEURISTIC_FRAMING: Framing = Framing {
     message: [HEURISTIC_BLOCK_OVERHEAD; 4],
     name: None,
@@ -285,6 +313,7 @@ const HEURISTIC_FRAMING: Framing = Framing {
     images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
     call: 0,
     tools: ToolRule::JsonText,
+    reasoning: UNPUBLISHED_REASONING,
 };
 
 /// Tool definitions and calls counted generically (as the heuristic does): what a chat template's
@@ -305,6 +334,7 @@ const OPENAI_FRAMING: Framing = Framing {
     images: ImageRule::OpenAiTiles,
     call: 3,
     tools: ToolRule::OpenAiFunctions { func_init: 7 },
+    reasoning: OPENAI_REASONING,
 };
 const OPENAI_FRAMING_SOURCE: &str = "OpenAI cookbook, How to count tokens with tiktoken: 3 per message + role \
                                      token, 1 per name, 3 reply priming, 3 per tool call (a message of its \
@@ -354,9 +384,19 @@ static BUILTINS: &[Builtin] = &[
         vocab_size: None,
         // Tool use: "Tool use system prompt token count" in Anthropic's pricing documentation, 346
         // for tool_choice auto or none (Claude Opus 4 and 4.1, Sonnet 4 and 4.5, Sonnet 3.7).
+        // Thinking: "previous thinking blocks are automatically stripped from the context window
+        // calculation", only the current tool-use loop's count (context windows guide); the
+        // models that keep every turn's thinking (Claude Opus 4.5, Sonnet 4.6 and later) count
+        // all of it through the model registry.
         framing: Framing {
             images: ImageRule::AnthropicArea,
             tools: ToolRule::AnthropicToolUse { system_prompt: 346 },
+            reasoning: ReasoningRule {
+                retention: Retention::CurrentTurn,
+                source: "Anthropic context windows guide: thinking of earlier turns is stripped from the \
+                         context; thinking of turns before the current tool-use loop may be omitted",
+                ..UNPUBLISHED_REASONING
+            },
             ..HEURISTIC_FRAMING
         },
         framing_source: "heuristic framing; Anthropic vision guide for images (width*height/750); tool use: \
@@ -392,11 +432,22 @@ static BUILTINS: &[Builtin] = &[
         // ChatML: `<|im_start|>{role}\n{content}<|im_end|>\n` is 5 tokens around the content; a tool
         // result also sits in `<tool_response>\n…\n</tool_response>` (4 more, one fewer when the
         // content ends in punctuation that merges with the newline: never an under-count).
+        // Reasoning: the template renders `reasoning_content` only after the last user query (not a
+        // <tool_response>), as `<think>\n…\n</think>\n\n`: 5 tokens (both tags are single tokens),
+        // one fewer when the reasoning ends in punctuation that merges with the newline.
         framing: Framing {
             message: [5, 5, 5, 9],
             name: None,
             prompt: 3,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            reasoning: ReasoningRule {
+                retention: Retention::CurrentTurn,
+                overhead: 5,
+                clear_thinking: true,
+                clear_content: true,
+                source: "Qwen3 chat template: reasoning_content only after the last user query, in \
+                         <think> tags (at most 5 tokens); earlier reasoning is not rendered",
+            },
             ..GENERIC_TOOL_FRAMING
         },
         framing_source: "Qwen chat template (ChatML): 5 per message, +4 tool_response tags, reply priming \
@@ -411,11 +462,21 @@ static BUILTINS: &[Builtin] = &[
         vocab_size: Some(128_815),
         // `<｜begin▁of▁sentence｜>{system}<｜User｜>{user}<｜Assistant｜>{reply}<｜end▁of▁sentence｜>`;
         // a tool result is wrapped in the four tool-output markers.
+        // Reasoning: DeepSeek API, thinking mode: a turn's reasoning_content takes part in the context
+        // when the turn called tools (and must then be sent back, else 400); otherwise it is ignored.
         framing: Framing {
             message: [0, 1, 2, 4],
             name: None,
             prompt: 2,
             images: ImageRule::Flat(HEURISTIC_IMAGE_TOKENS),
+            reasoning: ReasoningRule {
+                retention: Retention::ToolTurns,
+                overhead: 0,
+                clear_thinking: false,
+                clear_content: false,
+                source: "DeepSeek API, thinking mode: reasoning of turns that called tools is in the context \
+                         and must be sent back; other turns' reasoning is ignored",
+            },
             ..GENERIC_TOOL_FRAMING
         },
         framing_source: "DeepSeek V3 chat template: system 0, user 1, assistant 2, tool 4; BOS + \
