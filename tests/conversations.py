@@ -159,8 +159,33 @@ def assistant_content(draw: st.DrawFn) -> Any:
         elif kind == "thinking":
             parts.append({"type": "thinking", "thinking": draw(TEXTS), "signature": "sig"})
         else:
-            parts.append({"type": "redacted_thinking", "data": "opaque"})
+            part: Block = {"type": "redacted_thinking"}
+            _put(part, "data", draw(st.sampled_from(("EmwKAhgBEgy3va3pzix", "", _MISSING))))
+            parts.append(part)
     return parts
+
+
+# An encrypted payload as providers send them (base64), of any length.
+OPAQUE = st.text(
+    st.sampled_from("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="), max_size=300
+)
+
+
+def with_reasoning(draw: st.DrawFn, block: Block) -> Block:
+    """`block` sometimes carrying a chat message's reasoning (DeepSeek's `reasoning_content`,
+    vLLM's `reasoning`, both) and sometimes the reasoning tokens its provider reported."""
+    choice = draw(st.integers(0, 5))
+    if choice == 1:
+        block["reasoning_content"] = draw(TEXTS)
+    elif choice == 2:
+        block["reasoning"] = draw(TEXTS)
+    elif choice == 3:
+        text = draw(TEXTS)
+        block["reasoning_content"] = text
+        block["reasoning"] = draw(st.sampled_from((text, text + " more")))
+    if choice and draw(st.integers(0, 4)) == 0:
+        block.setdefault("meta", {})["reasoning_tokens"] = draw(st.integers(0, 5000))
+    return block
 
 
 class _Missing:
@@ -304,12 +329,17 @@ class _Builder:
         block = _put({"role": "assistant"}, "content", self.draw(assistant_content()))
         if self.draw(st.integers(0, 5)) == 0:
             block["type"] = "message"
-        self.add(self.flags(block))
+        self.add(self.flags(with_reasoning(self.draw, block)))
 
     def reasoning_item(self) -> None:
-        block: Block = {"type": "reasoning", "summary": [{"type": "summary_text", "text": self.draw(TEXTS)}]}
+        summary = [{"type": "summary_text", "text": self.draw(TEXTS)}] if self.draw(st.integers(0, 3)) else []
+        block: Block = {"type": "reasoning", "summary": summary}
         if self.draw(st.booleans()):
             block["content"] = [{"type": "reasoning_text", "text": self.draw(SHORT_TEXTS)}]
+        if self.draw(st.booleans()):
+            block["encrypted_content"] = self.draw(OPAQUE)
+        if self.draw(st.integers(0, 4)) == 0:
+            block["meta"] = {"reasoning_tokens": self.draw(st.integers(0, 3000))}
         self.add(self.flags(block))
 
     def tool_round(self) -> None:
@@ -338,7 +368,7 @@ class _Builder:
                 "content": self.draw(st.sampled_from((None, "", "Let me check."))),
                 "tool_calls": calls,
             }
-            self.add(self.flags(block))
+            self.add(self.flags(with_reasoning(self.draw, block)))
         elif flavour == "anthropic":
             parts: list[Block] = []
             if self.draw(st.booleans()):
@@ -464,6 +494,8 @@ def conversations(draw: st.DrawFn, max_turns: int = 14) -> list[Block]:
             builder.orphan_result()
         else:
             builder.reasoning_item()
+            if draw(st.booleans()):  # the answer message of the same response
+                builder.assistant_turn()
     while builder.pending:
         if not draw(st.booleans()):
             break
@@ -627,6 +659,7 @@ def _mutate(draw: st.DrawFn, blocks: list[Block]) -> None:
                 "no_role",
                 "unknown_type",
                 "type_not_str",
+                "reasoning",
             ]
         )
     )
@@ -686,6 +719,32 @@ def _mutate(draw: st.DrawFn, blocks: list[Block]) -> None:
     elif how == "unknown_type":
         block.pop("role", None)
         block["type"] = draw(st.sampled_from(("web_search_call", "item_reference", "file_search_call")))
+    elif how == "reasoning":
+        bad_reasoning = draw(
+            st.sampled_from(
+                [
+                    ("reasoning_content", 5),
+                    ("reasoning", ["thought"]),
+                    ("meta.reasoning_tokens", -1),
+                    ("meta.reasoning_tokens", "many"),
+                    ("meta.reasoning_tokens", True),
+                    ("encrypted_content", 7),
+                    ("part", {"type": "thinking", "signature": "s"}),
+                    ("part", {"type": "redacted_thinking", "data": 3}),
+                ]
+            )
+        )
+        key, value = bad_reasoning
+        if key == "meta.reasoning_tokens":
+            meta = block.get("meta")
+            block["meta"] = {**(meta if isinstance(meta, dict) else {}), "reasoning_tokens": value}
+        elif key == "encrypted_content":
+            block.pop("role", None)
+            block.update(type="reasoning", summary=[], encrypted_content=value)
+        elif key == "part":
+            block["content"] = [value]
+        else:
+            block[key] = value
     else:
         block["type"] = draw(st.sampled_from([5, ["message"], False]))
 

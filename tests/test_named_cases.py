@@ -610,15 +610,17 @@ def test_responses_items_take_their_role_from_type_and_link_by_call_id() -> None
         {"type": "function_call_output", "call_id": "fc_1", "output": "Paris: 18°C, cloudy"},  # 10
         {"role": "user", "content": "Thanks! Which city is warmest?"},  # 12
     ]  # 13 + 7 + 12 + 10 + 12 = 54
-    # 54 -> 41 -> 34; then the function_call would lead, and removing it would leave no user
-    # turn: #0 comes back as the anchor (47) and the call's group pays for it (25).
+    # 54 -> 41, then the reasoning item goes with its function call and that call's output: the
+    # Responses API refuses a function_call item without its reasoning item. The history then
+    # starts on the user's turn: nothing to repair.
     result = shift(blocks, budget=40)
     assert decisions(result.excluded) == [
+        ("#0", 13, "BUDGET_OLDEST_FIRST"),
         ("#1", 7, "BUDGET_OLDEST_FIRST"),
-        ("#2", 12, "BUDGET_OLDEST_FIRST"),
+        ("#2", 12, "TOOL_GROUP"),
         ("#3", 10, "TOOL_GROUP"),
     ]
-    assert decisions(result.kept) == [("#0", 13, "ANCHOR_USER_TURN"), ("#4", 12, "PINNED")]
+    assert decisions(result.kept) == [("#4", 12, "PINNED")]
 
 
 def test_count_tokens_examples() -> None:

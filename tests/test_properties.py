@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -41,7 +41,11 @@ from contextshift.reasons import Reason
 
 # What a plain truncate gives; the strategies' own reasons are added where they run.
 KEPT_REASONS = reasons.KEPT - {Reason.SUMMARY}
-EXCLUDED_REASONS = reasons.BUDGET_CUT | {Reason.TOOL_GROUP, Reason.ORPHAN_TOOL_RESULT}
+EXCLUDED_REASONS = reasons.BUDGET_CUT | {
+    Reason.TOOL_GROUP,
+    Reason.ORPHAN_TOOL_RESULT,
+    Reason.REASONING_OVER_CAP,
+}
 
 
 def library_budget(spec: int | tuple[int, int, int]) -> int | contextshift.Budget:
@@ -194,7 +198,8 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
     reason_of = {item.id: item.reason for item in [*result.kept, *result.excluded]}
     unpinned = {ids[i] for i in analysis.unpinned}
 
-    # Unprotected orphan groups are always excluded.
+    # Unprotected orphan groups are always excluded, and so are the unprotected groups of blocks
+    # whose reasoning is over the char cap.
     orphan_excluded = set()
     for group, members in enumerate(analysis.groups):
         if analysis.group_orphan[group] and not analysis.group_protected[group]:
@@ -202,6 +207,13 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
             orphan_excluded.update(members)
             if ids[members[0]] not in unpinned:
                 assert reason_of[ids[members[0]]] == Reason.ORPHAN_TOOL_RESULT
+    over_cap_groups = {analysis.group_of[i] for i, _, _ in analysis.over_cap}
+    forced_out = set(orphan_excluded)
+    for group in over_cap_groups:
+        members = analysis.groups[group]
+        if not analysis.group_protected[group]:
+            assert not any(ids[i] in kept for i in members), "a block with reasoning over the cap was kept"
+            forced_out.update(members)
 
     if unpinned & set(excluded_ids):
         return  # UNPINNED_BY_CAP hides which step removed the block; the reference check covers it
@@ -217,13 +229,13 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
         group
         for group in range(len(analysis.groups))
         if not analysis.group_protected[group]
-        and not analysis.group_orphan[group]
+        and analysis.groups[group][0] not in forced_out
         and group != anchor_group
         and reason_of[ids[analysis.groups[group][0]]] != Reason.LEADING_ASSISTANT
     ]
     removed = [g for g in removable if reason_of[ids[analysis.groups[g][0]]] == Reason.BUDGET_OLDEST_FIRST]
     assert removed == removable[: len(removed)], "BUDGET_OLDEST_FIRST did not take the oldest groups"
-    before_strategy = sum(t for i, t in enumerate(analysis.tokens) if i not in orphan_excluded)
+    before_strategy = sum(t for i, t in enumerate(analysis.tokens) if i not in forced_out)
     after_strategy = before_strategy - sum(analysis.group_tokens(g) for g in removed)
     assert after_strategy <= result.budget
     if removed:
@@ -234,7 +246,7 @@ def check_invariants(scenario: Scenario, result: contextshift.ShiftResult) -> No
     # start_on_user: after removals, history does not begin with an unprotected assistant turn,
     # and it begins on the anchor when there is one.
     leading = [ids[analysis.groups[g][0]] for g in range(len(analysis.groups))]
-    if analysis.options.start_on_user and (removed or anchors):
+    if analysis.options.start_on_user and (removed or anchors or forced_out - orphan_excluded):
         first = next(
             (b for b in analysis.blocks if b.id in kept and b.kind == "message" and b.role != "system"),
             None,
@@ -497,3 +509,132 @@ def test_agent_loops_in_every_shape_keep_a_user_turn(
     check_hysteresis(scenario, strategy, target_ratio, result)
     if target_ratio == 1.0:
         check_loop_keeps_a_user_turn(scenario, strategy, result)
+
+
+@st.composite
+def reasoning_loops(draw: st.DrawFn) -> Scenario:
+    """An agent loop of a reasoning model, in one provider's shape: OpenAI Responses (reasoning
+    items with encrypted content before their calls), Anthropic (thinking and redacted thinking
+    beside tool_use), or DeepSeek (reasoning_content on tool-call messages); user turns now and
+    then, a final answer or not, reasoning of every size, sometimes over a small char cap, and
+    sometimes `keep_reasoning_turns`."""
+    flavour = draw(st.sampled_from(["responses", "anthropic", "deepseek"]))
+    blocks: list[dict[str, Any]] = [
+        {"id": "sys", "role": "system", "content": "You are an agent."},
+        {"id": "task", "role": "user", "content": "Find the failing export and fix it."},
+    ]
+    for n in range(draw(st.integers(1, 7))):
+        if draw(st.integers(0, 4)) == 0:
+            blocks.append({"id": f"u{n}", "role": "user", "content": "continue " * draw(st.integers(1, 5))})
+        thinking = "Checking the export path next. " * draw(st.integers(0, 40))
+        output = "row 42 /srv/data.csv " * draw(st.integers(0, 60))
+        if flavour == "responses":
+            item: dict[str, Any] = {"id": f"rs{n}", "type": "reasoning", "summary": []}
+            if thinking:
+                item["summary"] = [{"type": "summary_text", "text": thinking}]
+            item["encrypted_content"] = "gAAAAB" * draw(st.integers(0, 100))
+            if draw(st.integers(0, 4)) == 0:
+                item["meta"] = {"reasoning_tokens": draw(st.integers(0, 800))}
+            arguments = json.dumps({"q": n})
+            blocks += [
+                item,
+                {
+                    "id": f"fc{n}",
+                    "type": "function_call",
+                    "call_id": f"c{n}",
+                    "name": "search",
+                    "arguments": arguments,
+                },
+                {"id": f"out{n}", "type": "function_call_output", "call_id": f"c{n}", "output": output},
+            ]
+        elif flavour == "anthropic":
+            parts: list[dict[str, Any]] = [{"type": "thinking", "thinking": thinking, "signature": "EqQB"}]
+            if draw(st.integers(0, 3)) == 0:
+                parts.append({"type": "redacted_thinking", "data": "EmwK" * draw(st.integers(1, 60))})
+            parts += [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": f"t{n}", "name": "search", "input": {"q": n}},
+            ]
+            blocks += [
+                {"id": f"a{n}", "role": "assistant", "content": parts},
+                {
+                    "id": f"r{n}",
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": output}],
+                },
+            ]
+        else:
+            call = {"id": f"t{n}", "type": "function", "function": {"name": "search", "arguments": "{}"}}
+            blocks += [
+                {
+                    "id": f"a{n}",
+                    "role": "assistant",
+                    "content": "",
+                    "reasoning_content": thinking,
+                    "tool_calls": [call],
+                },
+                {"id": f"r{n}", "role": "tool", "tool_call_id": f"t{n}", "content": output},
+            ]
+    if draw(st.booleans()):
+        answer = "The export failed on a missing column; fixed."
+        if flavour == "responses":
+            blocks += [
+                {"id": "rs_end", "type": "reasoning", "summary": [], "encrypted_content": "gAAAAB"},
+                {
+                    "id": "msg_end",
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": answer}],
+                },
+            ]
+        elif flavour == "anthropic":
+            thinking_part = {"type": "thinking", "thinking": "Done.", "signature": "EqQB"}
+            blocks.append(
+                {
+                    "id": "end",
+                    "role": "assistant",
+                    "content": [thinking_part, {"type": "text", "text": answer}],
+                }
+            )
+        else:
+            blocks.append({"id": "end", "role": "assistant", "content": answer, "reasoning_content": "Done."})
+    options: dict[str, Any] = {}
+    if draw(st.integers(0, 2)) == 0:
+        options["keep_reasoning_turns"] = draw(st.integers(1, 3))
+    if draw(st.integers(0, 4)) == 0:
+        options["max_block_chars"] = draw(st.sampled_from([200, 600, 1500]))
+    total = sum(contextshift.count_tokens(blocks))
+    return Scenario(blocks, draw(st.integers(0, total + 20)), options or None)
+
+
+def reasoning_of(message: Mapping[str, Any]) -> list[Any]:
+    """The reasoning a message carries, as sent: thinking parts, reasoning fields, a reasoning item."""
+    if message.get("type") == "reasoning":
+        return [dict(message)]
+    content = message.get("content")
+    parts = (
+        [p for p in content if p.get("type", "").endswith("thinking")] if isinstance(content, list) else []
+    )
+    return parts + [message[k] for k in ("reasoning_content", "reasoning") if k in message]
+
+
+@settings(max_examples=examples(300))
+@given(reasoning_loops(), st.sampled_from(BUILT_IN_STRATEGIES), st.sampled_from([1.0, 0.8, 0.5]))
+def test_every_strategy_keeps_reasoning_whole_and_unedited_on_reasoning_loops(
+    scenario: Scenario, strategy: str, target_ratio: float
+) -> None:
+    if not (scenario.options or {}).get("keep_reasoning_turns"):
+        assert_same_outcome(scenario)  # the reference's rules: grouping, the char cap, counting
+    try:
+        run_library(scenario)
+    except contextshift.TokenBudgetExceeded:
+        return
+    result = run_library(scenario, strategy=strategy, target_ratio=target_ratio)
+    check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS)
+    check_hysteresis(scenario, strategy, target_ratio, result)
+    given = {b["id"]: b for b in scenario.blocks}
+    cleared = {t.id for t in result.truncated if t.how == "REASONING_CLEARED"}
+    for message, decision in zip(result.messages, result.kept, strict=True):
+        if decision.id in given:
+            sent = reasoning_of(message)
+            assert sent == ([] if decision.id in cleared else reasoning_of(given[decision.id])), decision.id

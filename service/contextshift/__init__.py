@@ -34,7 +34,7 @@ from contextshift.plugins import (
 )
 from contextshift.profiles import count_tokens
 from contextshift.reasons import Reason
-from contextshift.result import ShiftResult, Truncation
+from contextshift.result import ReasoningCount, ShiftResult, Truncation
 from contextshift.shift import shift_context
 from contextshift.strategies import list_strategies
 
@@ -58,6 +58,7 @@ __all__ = [
     "InvalidTools",
     "OptionSpec",
     "Reason",
+    "ReasoningCount",
     "ShiftResult",
     "ShiftView",
     "StrategyPlan",

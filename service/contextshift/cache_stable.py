@@ -46,6 +46,13 @@ class Carried:
     diagnostic: Diagnostic | None
 
 
+def _same(counts: engine.Counts, i: int, before: int) -> bool:
+    """Block `i` costs what it cost in the previous prompt, or that less its reasoning, which the
+    provider no longer keeps once a new turn began (the block itself is unchanged)."""
+    now = counts.tokens[i]
+    return now == before or (not counts.reasoning_counted[i] and now + counts.reasoning[i] == before)
+
+
 # A carried block goes again for the budget: a summary made this time covers it afresh.
 _CARRIED_AS = {Reason.SUMMARIZED: Reason.BUDGET_OLDEST_FIRST}
 
@@ -55,11 +62,10 @@ def carried(previous: PreviousPrompt, layout: engine.Layout, counts: engine.Coun
     prompt unchanged."""
     position = {block_id: i for i, block_id in enumerate(layout.ids)}
     kept_at = [position.get(block_id, -1) for block_id, _ in previous.kept]
-    tokens = counts.tokens
     unchanged = (
         -1 not in kept_at
         and kept_at == sorted(kept_at)
-        and [tokens[i] for i in kept_at] == [t for _, t in previous.kept]
+        and all(_same(counts, i, before) for i, (_, before) in zip(kept_at, previous.kept, strict=True))
         and all(block_id in position for block_id, _ in previous.excluded)
     )
     if not unchanged:

@@ -466,7 +466,8 @@ def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
 
 
 def _count(args: argparse.Namespace) -> int:
-    profile = resolve_request(args.profile, args.model).profile
+    resolution = resolve_request(args.profile, args.model)
+    profile = resolution.profile
     inputs: list[tuple[str, list[Any]]] = [("--text", [args.text])] if args.text is not None else []
     texts = [(source, read_text(source)) for source in args.files]
     size = sum(len(text) for _, text in texts)
@@ -479,7 +480,7 @@ def _count(args: argparse.Namespace) -> int:
         for source, items in inputs:
             counts: list[int] = []
             for batch in _batches(items):
-                counts += engine.count_items(batch, profile)
+                counts += engine.count_items(batch, profile, resolution.reasoning)
                 progress.advance(task, len(batch))
             counted.append((source, items, counts))
     if args.json:

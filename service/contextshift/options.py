@@ -152,6 +152,16 @@ COMMON: tuple[OptionSpec, ...] = (
         minimum=1,
     ),
     OptionSpec(
+        "keep_reasoning_turns",
+        "int",
+        0,
+        "once blocks must go, first leave out the reasoning of turns before the last N tool-use turns, "
+        "where the provider accepts it missing (Anthropic thinking, Qwen reasoning_content; never a "
+        "Responses reasoning item), before any block is dropped (0: off)",
+        minimum=1,
+        off=0,
+    ),
+    OptionSpec(
         "preset",
         "str",
         "",
@@ -175,6 +185,7 @@ class ShiftOptions:
     target_ratio: float
     cache_stable: bool
     plugin_timeout_ms: int
+    keep_reasoning_turns: int
     preset: str
     strategy: Mapping[str, Any]
     # The preset's options the chosen strategy does not take (so not applied), with their values.

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 from contextshift import engine
 from contextshift.errors import InvalidOptions
@@ -43,6 +43,10 @@ class ProfileInfo:
     prompt_overhead: int = 0
     image_rule: str = ""
     overhead_source: str = ""
+    # Which reasoning sent back the provider counts ("all", "current_turn", "tool_turns"), and
+    # where that rule is published.
+    reasoning_rule: str = "all"
+    reasoning_source: str = ""
 
     @staticmethod
     def from_description(d: engine.ProfileDescription) -> ProfileInfo:
@@ -58,6 +62,8 @@ class ProfileInfo:
             prompt_overhead=d.prompt_overhead,
             image_rule=d.image_rule,
             overhead_source=d.overhead_source,
+            reasoning_rule=d.reasoning_rule,
+            reasoning_source=d.reasoning_source,
         )
 
 
@@ -73,6 +79,16 @@ class ModelEntry:
 
 
 @dataclass(frozen=True)
+class ReasoningEntry:
+    """One [[reasoning]] row of the registry: a model whose provider keeps other reasoning than
+    its profile's rule says."""
+
+    match: str
+    rule: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Resolution:
     """The profile a request counts with, and the model it was resolved from, if any."""
 
@@ -83,6 +99,8 @@ class Resolution:
     # From the model registry, when the model is in it.
     context_window: int | None = None
     max_output: int | None = None
+    # The model's reasoning rule where it is not its profile's (a [[reasoning]] row).
+    reasoning: str | None = None
 
 
 def list_profiles() -> list[ProfileInfo]:
@@ -96,9 +114,13 @@ def _builtin_names() -> frozenset[str]:
 
 
 @functools.cache
+def _registry() -> dict[str, Any]:
+    return tomllib.loads(resources.files("contextshift").joinpath("models.toml").read_text(encoding="utf-8"))
+
+
+@functools.cache
 def list_models() -> tuple[ModelEntry, ...]:
     """The model registry shipped with the package (models.toml), in file order."""
-    data = tomllib.loads(resources.files("contextshift").joinpath("models.toml").read_text(encoding="utf-8"))
     return tuple(
         ModelEntry(
             match=row["match"].lower(),
@@ -107,25 +129,49 @@ def list_models() -> tuple[ModelEntry, ...]:
             max_output=row.get("max_output"),
             source=row["source"],
         )
-        for row in data["model"]
+        for row in _registry()["model"]
     )
 
 
-def lookup_model(name: str) -> ModelEntry | None:
-    """The registry entry for model `name`: the exact name, else the longest matching prefix; a
+@functools.cache
+def list_reasoning_rules() -> tuple[ReasoningEntry, ...]:
+    """The registry's [[reasoning]] rows: models whose provider keeps other reasoning than their
+    profile's rule says."""
+    return tuple(
+        ReasoningEntry(row["match"].lower(), row["rule"], row["source"]) for row in _registry()["reasoning"]
+    )
+
+
+E = TypeVar("E", ModelEntry, ReasoningEntry)
+
+
+def _lookup(name: str, entries: Sequence[E]) -> E | None:
+    """The entry for model `name`: the exact name, else the longest matching prefix; a
     `provider/` prefix is dropped when the full name matches nothing."""
     key = name.strip().lower()
     candidates = [key]
     if "/" in key:
         candidates.append(key.rsplit("/", 1)[1])
     for candidate in candidates:
-        exact = [m for m in list_models() if m.match == candidate]
+        exact = [m for m in entries if m.match == candidate]
         if exact:
             return exact[0]
-        prefixes = [m for m in list_models() if m.match.endswith("*") and candidate.startswith(m.match[:-1])]
+        prefixes = [m for m in entries if m.match.endswith("*") and candidate.startswith(m.match[:-1])]
         if prefixes:
             return max(prefixes, key=lambda m: len(m.match))
     return None
+
+
+def lookup_model(name: str) -> ModelEntry | None:
+    """The registry entry for model `name` (see `_lookup`)."""
+    return _lookup(name, list_models())
+
+
+def reasoning_rule_of(model: str | None) -> str | None:
+    """The reasoning rule of model `model` where the registry gives it one (else its profile's
+    applies)."""
+    entry = _lookup(model, list_reasoning_rules()) if model else None
+    return entry.rule if entry else None
 
 
 def _is_profile_name(name: str) -> bool:
@@ -152,7 +198,9 @@ def _for_model(name: str, entry: ModelEntry) -> Resolution:
             f"model {name!r} counts with {entry.profile}, unavailable here ({reason}); using {DEFAULT_PROFILE} (approximate)"
         )
         info = _load(DEFAULT_PROFILE)
-    return Resolution(info.name, info.approximate, name, warnings, entry.context, entry.max_output)
+    return Resolution(
+        info.name, info.approximate, name, warnings, entry.context, entry.max_output, reasoning_rule_of(name)
+    )
 
 
 def resolve(profile_or_model: str) -> Resolution:
@@ -193,6 +241,7 @@ def resolve_request(profile: str | None = None, model: str | None = None) -> Res
             resolved.warnings,
             entry.context if entry else resolved.context_window,
             entry.max_output if entry else resolved.max_output,
+            reasoning_rule_of(model),
         )
     if model:
         if entry is not None:
@@ -201,7 +250,9 @@ def resolve_request(profile: str | None = None, model: str | None = None) -> Res
         warning = (
             f"model {model!r} is not in the model registry; counting with {DEFAULT_PROFILE} (approximate)"
         )
-        return Resolution(fallback.name, fallback.approximate, model, [warning])
+        return Resolution(
+            fallback.name, fallback.approximate, model, [warning], reasoning=reasoning_rule_of(model)
+        )
     return resolve(DEFAULT_PROFILE)
 
 
@@ -211,10 +262,12 @@ def count_tokens(
     *,
     model: str | None = None,
 ) -> list[int]:
-    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead).
-    `profile` is a profile or model name, `model` a model name (unknown: `heuristic`); neither
-    means `heuristic`."""
-    return engine.count_items(texts_or_blocks, resolve_request(profile, model).profile)
+    """Tokens of each item: a str counts as text, a block dict as a whole block (with overhead; its
+    reasoning as the provider's rule counts it in a conversation of that block alone). `profile`
+    is a profile or model name, `model` a model name (unknown: `heuristic`); neither means
+    `heuristic`."""
+    resolution = resolve_request(profile, model)
+    return engine.count_items(texts_or_blocks, resolution.profile, resolution.reasoning)
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,12 @@ class Reason(StrEnum):
     CHAR_CAP = "CHAR_CAP"
     UNPINNED_BY_CAP = "UNPINNED_BY_CAP"
     PLUGIN_EXCLUDED = "PLUGIN_EXCLUDED"
+    REASONING_OVER_CAP = "REASONING_OVER_CAP"
     SUMMARY = "SUMMARY"
     TOOL_RESULT_CLEARED = "TOOL_RESULT_CLEARED"
     TOOL_INPUT_CLEARED = "TOOL_INPUT_CLEARED"
     PLUGIN_REPLACED = "PLUGIN_REPLACED"
+    REASONING_CLEARED = "REASONING_CLEARED"
 
 
 # What a kept block's reason can be.
@@ -59,11 +61,18 @@ EXCLUDED = frozenset(
         Reason.SUMMARIZED,
         Reason.UNPINNED_BY_CAP,
         Reason.PLUGIN_EXCLUDED,
+        Reason.REASONING_OVER_CAP,
     }
 )
 # How a block can be cut (`Truncation.how`).
 TRUNCATIONS = frozenset(
-    {Reason.CHAR_CAP, Reason.TOOL_RESULT_CLEARED, Reason.TOOL_INPUT_CLEARED, Reason.PLUGIN_REPLACED}
+    {
+        Reason.CHAR_CAP,
+        Reason.TOOL_RESULT_CLEARED,
+        Reason.TOOL_INPUT_CLEARED,
+        Reason.PLUGIN_REPLACED,
+        Reason.REASONING_CLEARED,
+    }
 )
 # Kept reasons of blocks nothing after the plan may drop (an interceptor's change is refused).
 PROTECTED = frozenset(

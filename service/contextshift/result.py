@@ -26,6 +26,18 @@ class Truncation:
     how: str  # one of reasons.TRUNCATIONS (a str: a newer server's reply may carry another)
 
 
+@dataclass(frozen=True, slots=True)
+class ReasoningCount:
+    """Reasoning a kept block carries: its tokens, whether the prompt's count includes them (the
+    provider's rule keeps them in the prompt), and how they are known: "text" (its text as sent),
+    "estimated" (an encrypted payload counted as text) or "reported" (`meta.reasoning_tokens`)."""
+
+    id: str
+    tokens: int
+    counted: bool
+    basis: str
+
+
 class DecisionSource(Protocol):
     """The kept and excluded blocks of a shift, in block order, with tokens and reason codes."""
 
@@ -74,6 +86,11 @@ class ShiftResult:
     # Tokens of the tool definitions sent with the prompt (raw), taken from the budget before the
     # shift: `prompt_tokens + tools_tokens` is what fits `budget`.
     tools_tokens: int = field(default=0, kw_only=True)
+    # Which reasoning sent back the provider keeps, so the counts include ("all", "current_turn",
+    # "tool_turns"; the profile's rule, or the model's in the registry), and the reasoning the kept
+    # blocks carry, counted or not.
+    reasoning_rule: str = field(default="all", kw_only=True)
+    reasoning: list[ReasoningCount] = field(default_factory=list, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)
@@ -253,8 +270,8 @@ class Cuts:
     messages: dict[int, Mapping[str, Any]]
 
     @classmethod
-    def of(cls, conversation: engine.Conversation, profile: str) -> Cuts:
-        cuts = conversation.cuts(profile)
+    def of(cls, conversation: engine.Conversation, counts: engine.Counts) -> Cuts:
+        cuts = conversation.cuts(counts)
         return cls(
             {
                 i: Truncation(block_id, before, after, Reason.CHAR_CAP)

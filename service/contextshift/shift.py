@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from contextshift import cache_stable, calibration, engine
+from contextshift import cache_stable, calibration, engine, reasoning
 from contextshift.budget import Budget, ResolvedBudget, Window, resolve_budget, resolve_in_process
 from contextshift.cache_stable import Carried, PreviousPrompt
 from contextshift.errors import InternalError, TokenBudgetExceeded
@@ -57,18 +57,20 @@ def _items(outcome: Outcome) -> list[Item]:
     return items
 
 
-def _recount(conversation: engine.Conversation, profile: str, outcome: Outcome, budget: int) -> int:
-    """Stage 6: the prompt's tokens counted afresh from what is sent, not from the plan's sums,
-    checked against the plan and the blocks' `budget`."""
+def _recount(conversation: engine.Conversation, outcome: Outcome, budget: int) -> int:
+    """Stage 6: the prompt's tokens counted afresh from what is sent, not from the plan's sums (each
+    block's reasoning by the rule its counts were made with), checked against the plan and the
+    blocks' `budget`."""
+    counts = outcome.counts
     plain = (
         [i for i in outcome.plan.kept if i not in outcome.rewrites] if outcome.rewrites else outcome.plan.kept
     )
-    new = [r.message for r in outcome.rewrites.values()]
+    rewritten = [(i, r.message) for i, r in outcome.rewrites.items()]
+    prompt_tokens = conversation.recount(counts, plain)
+    if rewritten:
+        prompt_tokens += sum(conversation.count_rewrites(counts, rewritten))
     if outcome.summary is not None:
-        new.append(outcome.summary.message)
-    prompt_tokens = conversation.recount(profile, plain) + (
-        sum(engine.count_items(new, profile)) if new else 0
-    )
+        prompt_tokens += engine.count_items([outcome.summary.message], counts.profile)[0]
     expected = outcome.plan.total + (outcome.summary.tokens if outcome.summary else 0)
     if prompt_tokens != expected or prompt_tokens > budget:
         raise InternalError(
@@ -119,15 +121,18 @@ def shift_context(
         if isinstance(blocks, str | bytes)
         else engine.Conversation(blocks, opts.max_block_chars, opts.tool_result_max_chars or None)
     )
-    counts = conversation.count(resolution.profile, known_tokens)
+    counts = conversation.count(resolution.profile, known_tokens, resolution.reasoning)
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * room.blocks)
-    # 4-5. Orphans, the strategy (after the previous prompt's cut), the repair.
+    # 4-5. Orphans, old reasoning, the strategy (after the previous prompt's cut), the repair.
     ctx = StrategyContext(strategy, blocks, conversation, counts, room.blocks, unpinned, opts)
     carried = _carry(ctx, previous)
-    outcome = _run_strategy(info, ctx, room)
+    cleared = reasoning.clear_old(ctx)
+    if cleared is not None:
+        ctx = replace(ctx, counts=cleared.counts, rewritten=cleared.rewrites, shift_needed=True)
+    outcome = _run_strategy(info, ctx, room, cleared)
     # 6. The independent recount of what is sent.
-    prompt_tokens = _recount(conversation, resolution.profile, outcome, room.blocks)
-    cuts = Cuts.of(conversation, resolution.profile)
+    prompt_tokens = _recount(conversation, outcome, room.blocks)
+    cuts = Cuts.of(conversation, counts)
     result = ShiftResult(
         truncated=_truncations(cuts, outcome, ctx),
         prompt_tokens=prompt_tokens,
@@ -137,6 +142,7 @@ def shift_context(
         warnings=resolution.warnings
         + room.resolved.warnings
         + [f"unpinned {conversation.block_id(i)} by pinned_cap" for i in unpinned]
+        + (reasoning.over_cap_warnings(conversation, ctx.layout) if conversation.over_cap else [])
         + repair_warning(outcome.plan, conversation)
         + outcome.warnings,
         model=resolution.model,
@@ -149,6 +155,8 @@ def shift_context(
         relevance=outcome.relevance,
         compaction_usage=outcome.compaction_usage,
         tools_tokens=room.tools_tokens,
+        reasoning_rule=counts.reasoning_rule,
+        reasoning=reasoning.kept(outcome.plan, outcome.counts, cleared.rewrites if cleared else {}),
         decisions=AdjustedDecisions(outcome.plan, outcome.relabel, outcome.summary)
         if outcome.relabel or outcome.summary is not None
         else outcome.plan,
@@ -232,8 +240,11 @@ def _carry(ctx: StrategyContext, previous: PreviousPrompt | None) -> Carried | N
     return carried
 
 
-def _run_strategy(info: StrategyInfo, ctx: StrategyContext, room: _Room) -> Outcome:
-    """Stages 4-5 by the strategy; TokenBudgetExceeded in the caller's units."""
+def _run_strategy(
+    info: StrategyInfo, ctx: StrategyContext, room: _Room, cleared: reasoning.Cleared | None
+) -> Outcome:
+    """Stages 4-5 by the strategy, after the old reasoning `cleared` (its rewrites of kept blocks
+    join the strategy's); TokenBudgetExceeded in the caller's units."""
     try:
         outcome = info.run(ctx)
     except TokenBudgetExceeded as e:
@@ -242,6 +253,10 @@ def _run_strategy(info: StrategyInfo, ctx: StrategyContext, room: _Room) -> Outc
         raise room.exceeded(e.protected_tokens) from e
     if room.tools_tokens > room.raw:  # the plan (for a budget of 0) kept only what is protected
         raise room.exceeded(outcome.plan.total)
+    if cleared is not None:
+        kept = frozenset(outcome.plan.kept)
+        outcome.rewrites = {**{i: r for i, r in cleared.rewrites.items() if i in kept}, **outcome.rewrites}
+        outcome.diagnostics = [cleared.diagnostic, *outcome.diagnostics]
     return outcome
 
 

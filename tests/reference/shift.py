@@ -35,8 +35,9 @@ TEXT_PART_KEYS = {
     "summary_text": "text",
     "reasoning_text": "text",
     "refusal": "refusal",
-    "thinking": "thinking",
 }
+# A chat message's reasoning text fields, in reading order (§1.2).
+REASONING_FIELDS = ("reasoning_content", "reasoning")
 IMAGE_PART_TYPES = {"image_url", "image", "input_image"}
 
 
@@ -52,6 +53,15 @@ def budget_floor_warning(raw: int, floor: int) -> str:
 def unpin_warning(block_id: str) -> str:
     """The warning text of §4.3 for a block that lost its pin."""
     return f"unpinned {block_id} by pinned_cap"
+
+
+def over_cap_warning(block_id: str, reasoning_chars: int, cap: int) -> str:
+    """The warning of §4.2 for a protected block whose reasoning alone is over its cap (the
+    library's wording, service/contextshift/reasoning.py)."""
+    return (
+        f"{block_id}: its reasoning ({reasoning_chars} characters) is over the character cap ({cap}) and is "
+        "never cut; kept whole because it is protected"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -150,6 +160,13 @@ class Block:
     calls: list[ToolCall] = field(default_factory=list)
     result_ids: list[str] = field(default_factory=list)
     images: int = 0
+    # §1.2: how many pieces of reasoning the block carries, their texts and encrypted payloads,
+    # whether it is a Responses reasoning item, and `meta.reasoning_tokens`.
+    reasoning: int = 0
+    reasoning_texts: list[str] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)
+    reasoning_item: bool = False
+    reasoning_tokens: int | None = None
 
     @property
     def system_protected(self) -> bool:
@@ -162,16 +179,27 @@ class Block:
         return [call.call_id for call in self.calls] + self.result_ids
 
     def tokens(self) -> int:
-        """§2: block tokens."""
+        """§2: block tokens (the heuristic profile counts all reasoning, §2.1)."""
         total = MESSAGE_OVERHEAD
         total += sum(text_tokens(piece.text) for piece in self.pieces)
         total += sum(text_tokens(call.name) + text_tokens(call.arguments) for call in self.calls)
         total += IMAGE_TOKENS * self.images
+        if self.reasoning:
+            reported = self.reasoning_tokens
+            total += (
+                reported
+                if reported is not None
+                else sum(map(text_tokens, self.reasoning_texts + self.opaque))
+            )
         return total
 
+    def reasoning_chars(self) -> int:
+        return sum(len(text) for text in self.reasoning_texts)
+
     def chars(self) -> int:
-        """§4.2: code points of the text pieces (not tool-call names or arguments)."""
-        return sum(len(piece.text) for piece in self.pieces)
+        """§4.2: code points of the text pieces and the reasoning text (not tool-call names or
+        arguments, not encrypted payloads)."""
+        return sum(len(piece.text) for piece in self.pieces) + self.reasoning_chars()
 
 
 def field_path(index: int, place: Place) -> str:
@@ -192,6 +220,9 @@ class _BlockReader:
         self.calls: list[ToolCall] = []
         self.result_ids: list[str] = []
         self.images = 0
+        self.reasoning = 0
+        self.reasoning_texts: list[str] = []
+        self.opaque: list[str] = []
 
     def error(self, place: Place) -> None:
         self.errors.append(field_path(self.index, place))
@@ -227,6 +258,13 @@ class _BlockReader:
         checked_name = self.optional_str(name, (*at, name_key))
         if checked_id is not None:
             self.calls.append(ToolCall(checked_id, checked_name, arguments))
+
+    def opaque_value(self, value: object, place: Place) -> None:
+        """An encrypted payload (§1.2): a str, or missing/None."""
+        if isinstance(value, str):
+            self.opaque.append(value)
+        elif value is not None:
+            self.error(place)
 
     def add_result_id(self, value: object, place: Place) -> None:
         checked = self.non_empty_str(value, place)
@@ -265,8 +303,16 @@ class _BlockReader:
                 self.pieces.append(TextPiece(text, (*at, key)))
             else:
                 self.error((*at, key))
+        elif part_type == "thinking":  # §1.2: reasoning, not text
+            self.reasoning += 1
+            text = part.get("thinking")
+            if isinstance(text, str):
+                self.reasoning_texts.append(text)
+            else:
+                self.error((*at, "thinking"))
         elif part_type == "redacted_thinking":
-            pass
+            self.reasoning += 1
+            self.opaque_value(part.get("data"), (*at, "data"))
         elif part_type in IMAGE_PART_TYPES:
             self.images += 1
         elif part_type == "tool_use":  # Anthropic
@@ -373,16 +419,34 @@ def parse_block(index: int, raw: object, errors: list[str]) -> Block | None:
         else:
             reader.error(("kind",))
 
-    # Text pieces in order (§1.1): a reasoning item's summary, then content; otherwise content,
-    # then a function_call_output's output. (The doc leaves the order of content and output open
-    # when a function_call_output has both; the generated conversations never do.)
+    # §1.2: a message's reasoning fields; the same text in both counts once.
+    field_texts = []
+    for key in REASONING_FIELDS:
+        value = raw.get(key)
+        if isinstance(value, str):
+            if value not in field_texts:
+                field_texts.append(value)
+        elif value is not None:
+            reader.error((key,))
+    if field_texts:
+        reader.reasoning += 1
+        reader.reasoning_texts += field_texts
+
+    # Text pieces in order (§1.1): content, then a function_call_output's output. (The doc leaves
+    # the order of content and output open when a function_call_output has both; the generated
+    # conversations never do.) A reasoning item's summary and content are its reasoning (§1.2).
     if item_type == "reasoning":
+        texts_before = len(reader.pieces)
         summary = raw.get("summary")
         if isinstance(summary, list):
             reader.parts(summary, ("summary",))
         elif summary is not None:
             reader.error(("summary",))
         reader.content(raw.get("content"), ("content",))
+        reader.reasoning += 1
+        reader.reasoning_texts += [piece.text for piece in reader.pieces[texts_before:]]
+        del reader.pieces[texts_before:]
+        reader.opaque_value(raw.get("encrypted_content"), ("encrypted_content",))
     else:
         reader.content(raw.get("content"), ("content",))
         if item_type == "function_call_output":
@@ -407,7 +471,13 @@ def parse_block(index: int, raw: object, errors: list[str]) -> Block | None:
         if raw.get(key) is not None:
             reader.add_result_id(raw[key], (key,))
     meta = raw.get("meta")
+    reasoning_tokens = None
     if isinstance(meta, dict):
+        reported = meta.get("reasoning_tokens")
+        if isinstance(reported, int) and not isinstance(reported, bool) and reported >= 0:
+            reasoning_tokens = reported
+        elif reported is not None:
+            reader.error(("meta", "reasoning_tokens"))
         for key in RESULT_ID_KEYS:
             if meta.get(key) is not None:
                 reader.add_result_id(meta[key], ("meta", key))
@@ -430,6 +500,11 @@ def parse_block(index: int, raw: object, errors: list[str]) -> Block | None:
         calls=reader.calls,
         result_ids=reader.result_ids,
         images=reader.images,
+        reasoning=reader.reasoning,
+        reasoning_texts=reader.reasoning_texts,
+        opaque=reader.opaque,
+        reasoning_item=item_type == "reasoning",
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -468,6 +543,9 @@ class Options:
     pinned_cap: float = 0.5
     start_on_user: bool = True
     protect_current_input: bool = True
+    # §7: read and checked here; clearing old reasoning is not part of the reference's truncate,
+    # so comparisons with the library leave it unset.
+    keep_reasoning_turns: int = 0
 
 
 def _is_int(value: object) -> bool:
@@ -502,6 +580,8 @@ def resolve_options(options: dict[str, object] | None) -> Options:
             resolved.start_on_user = value
         elif key == "protect_current_input" and isinstance(value, bool):
             resolved.protect_current_input = value
+        elif key == "keep_reasoning_turns" and isinstance(value, int) and _is_int(value) and value >= 0:
+            resolved.keep_reasoning_turns = value
         else:
             errors.append(f"options.{key}")
     if errors:
@@ -537,9 +617,10 @@ def resolve_budget(budget: BudgetSpec) -> tuple[int, list[str]]:
 # --------------------------------------------------------------------------------------------
 
 
-def cut_texts(pieces: list[TextPiece], max_block_chars: int) -> list[str] | None:
-    """The texts after the char cap, or None when the block is not over the cap."""
-    if sum(len(piece.text) for piece in pieces) <= max_block_chars:
+def cut_texts(pieces: list[TextPiece], max_block_chars: int, force: bool = False) -> list[str] | None:
+    """The texts after the char cap, or None when the block is not over the cap (`force`: the
+    caller found it over, its reasoning counted)."""
+    if not force and sum(len(piece.text) for piece in pieces) <= max_block_chars:
         return None
     remaining = max_block_chars - len(TRUNCATION_MARK)
     texts: list[str] = []
@@ -583,6 +664,8 @@ class Analysis:
     messages: list[dict[str, object]]  # per block: the dict to return when kept
     tokens: list[int]  # block tokens after the char cap
     truncated: list[TruncationEntry]
+    # §4.2: blocks over their cap whose reasoning leaves no room: (index, reasoning chars, cap).
+    over_cap: list[tuple[int, int, int]]
     unpinned: set[int]  # block indexes that lost their pin
     protected: list[bool]
     groups: list[list[int]]  # block indexes, groups ordered by earliest member
@@ -632,14 +715,25 @@ def _group_blocks(blocks: list[Block]) -> tuple[list[list[int]], list[int]]:
             i = parent[i]
         return i
 
+    def union(i: int, j: int) -> None:
+        a, b = find(i), find(j)
+        parent[max(a, b)] = min(a, b)
+
     owner: dict[str, int] = {}
     for block in blocks:
         for linked_id in block.linked_ids:
             if linked_id in owner:
-                a, b = find(owner[linked_id]), find(block.index)
-                parent[max(a, b)] = min(a, b)
+                union(owner[linked_id], block.index)
             else:
                 owner[linked_id] = block.index
+    # A Responses reasoning item joins the assistant blocks after it, up to a block of another
+    # role or the next reasoning item.
+    for block in blocks:
+        if block.reasoning_item:
+            for follower in blocks[block.index + 1 :]:
+                if follower.role != "assistant" or follower.reasoning_item:
+                    break
+                union(block.index, follower.index)
 
     by_root: dict[int, list[int]] = {}
     for block in blocks:
@@ -663,14 +757,21 @@ def analyze(
     budget_value, warnings = resolve_budget(budget)
     blocks = parse_blocks(raw_blocks)
 
-    # §4.2 char cap
+    # §4.2 char cap: reasoning is never cut; the text gets what it leaves, or the block goes whole.
     messages: list[dict[str, object]] = list(raw_blocks)
     truncated: list[TruncationEntry] = []
+    over_cap: list[tuple[int, int, int]] = []
     for block in blocks:
         cap = resolved_options.max_block_chars
         if block.result_ids and resolved_options.tool_result_max_chars:
             cap = min(cap, resolved_options.tool_result_max_chars)
-        texts = cut_texts(block.pieces, cap)
+        if block.chars() <= cap:
+            continue
+        reasoning = block.reasoning_chars()
+        if reasoning + len(TRUNCATION_MARK) > cap:
+            over_cap.append((block.index, reasoning, cap))
+            continue
+        texts = cut_texts(block.pieces, cap - reasoning, force=True)
         if texts is None:
             continue
         before = block.tokens()
@@ -698,6 +799,11 @@ def analyze(
         any(blocks[i].result_ids for i in members) and not any(blocks[i].calls for i in members)
         for members in groups
     ]
+    warnings += [
+        over_cap_warning(blocks[i].id, chars, cap)
+        for i, chars, cap in over_cap
+        if group_protected[group_of[i]]
+    ]
     return Analysis(
         budget=budget_value,
         options=resolved_options,
@@ -706,6 +812,7 @@ def analyze(
         messages=messages,
         tokens=tokens,
         truncated=truncated,
+        over_cap=over_cap,
         unpinned=unpinned,
         protected=protected,
         groups=groups,
@@ -839,9 +946,17 @@ def reference_shift(
         if analysis.group_orphan[group] and not analysis.group_protected[group]:
             exclude_group(group, "ORPHAN_TOOL_RESULT")
 
+    # Blocks whose reasoning alone is over the cap go whole (§4.2), unless protected.
+    strategy_excluded = False
+    for index, _, _ in analysis.over_cap:
+        group = analysis.group_of[index]
+        members = analysis.groups[group]
+        if not analysis.group_protected[group] and members[0] not in excluded:
+            exclude_group(group, "REASONING_OVER_CAP")
+            strategy_excluded |= any(analysis.blocks[i].kind == "message" for i in members)
+
     # truncate: oldest unprotected group first, stop as soon as it fits.
     total = sum(tokens for i, tokens in enumerate(analysis.tokens) if i not in excluded)
-    strategy_excluded = False
     for group, members in enumerate(analysis.groups):
         if analysis.group_protected[group] or members[0] in excluded:
             continue

@@ -19,7 +19,8 @@ the final provider messages, returning the messages to send instead, or None (no
 host recounts what it returns and shifts again when it is over the budget (the pins the pinned
 cap removed stay removed), so an interceptor cannot push the prompt past the limit; one that
 raises, runs past the time limit, returns something else than a list of messages or messages that
-cannot be read, drops a protected message, or grows the protected ones past the budget, is skipped
+cannot be read, drops a protected message or part of a group (a tool call without its result, a
+reasoning item without its output items), or grows the protected ones past the budget, is skipped
 (the messages before it stay).
 
 Layout: `calls` (plugin threads, time limits), `strategies`, `interception` (with the host's

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import sys
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from contextshift import calibration, engine, reasons
+from contextshift import calibration, engine, reasoning, reasons
 from contextshift.diagnostics import Diagnostic
 from contextshift.engine import BlockDecision
 from contextshift.errors import InternalError, InvalidBlocks, TokenBudgetExceeded
@@ -136,6 +137,11 @@ def run_interceptors(
             detail = f"dropped protected messages {listed(dropped)}; skipped"
             diagnostics.append(Diagnostic(source, "INTERCEPTOR_REJECTED", detail))
             continue
+        split = _split_groups(current, current_ids, set(current_ids).difference(new_ids))
+        if split:
+            detail = f"kept {listed(split)} without the rest of their tool-call groups; skipped"
+            diagnostics.append(Diagnostic(source, "INTERCEPTOR_REJECTED", detail))
+            continue
         candidate = list(returned)
         if candidate != current or new_ids != current_ids:
             if accept is not None:
@@ -161,6 +167,17 @@ def run_interceptors(
     return Intercepted(current, current_ids, diagnostics, changed)
 
 
+def _split_groups(messages: Sequence[Mapping[str, Any]], ids: Sequence[str], dropped: set[str]) -> list[str]:
+    """The ids of messages kept whose tool-call group (reasoning items with their output items
+    included) lost a member to `dropped`."""
+    if not dropped:
+        return []
+    named = [{**m, "id": block_id} for m, block_id in zip(messages, ids, strict=True)]
+    groups = engine.Conversation(named, sys.maxsize).layout([], False).groups
+    broken = {groups[k] for k, block_id in enumerate(ids) if block_id in dropped}
+    return [block_id for k, block_id in enumerate(ids) if groups[k] in broken and block_id not in dropped]
+
+
 def _ids_of(returned: object, given: list[dict[str, Any]], ids: list[str], name: str) -> list[str]:
     """The block id of each returned message: a message given (the same object) keeps its
     block's id; a new one gets its own `id` when free, else `<name>:<n>`."""
@@ -184,28 +201,31 @@ class _Replanner:
     having the interceptor skipped) when they cannot be read or their protected messages alone
     exceed the budget, and keeps the last plan it accepted."""
 
-    def __init__(self, profile: str, budget: int, opts: ShiftOptions, unpinned_ids: frozenset[str]) -> None:
+    def __init__(
+        self, profile: str, reasoning: str, budget: int, opts: ShiftOptions, unpinned_ids: frozenset[str]
+    ) -> None:
         self._profile = profile
+        self._reasoning = reasoning
         self._budget = budget
         self._opts = opts
         self._unpinned_ids = unpinned_ids
-        self._accepted: tuple[engine.Conversation, engine.Plan] | None = None
+        self._accepted: tuple[engine.Conversation, engine.Counts, engine.Plan] | None = None
 
     def __call__(self, messages: list[Mapping[str, Any]], message_ids: list[str]) -> None:
         opts = self._opts
         # Parsed with their block ids, so decisions keep naming the blocks the caller sent.
         named = [{**m, "id": block_id} for m, block_id in zip(messages, message_ids, strict=True)]
         conversation = engine.Conversation(named, opts.max_block_chars, opts.tool_result_max_chars or None)
-        counts = conversation.count(self._profile)
+        counts = conversation.count(self._profile, reasoning=self._reasoning)
         # Pins the pinned cap removed stay removed: a re-plan reading the messages' own pins
         # would protect them again.
         unpinned = [k for k, block_id in enumerate(message_ids) if block_id in self._unpinned_ids]
         plan = conversation.plan(
             counts, self._budget, unpinned, opts.protect_current_input, opts.start_on_user
         )
-        self._accepted = (conversation, plan)
+        self._accepted = (conversation, counts, plan)
 
-    def accepted(self) -> tuple[engine.Conversation, engine.Plan]:
+    def accepted(self) -> tuple[engine.Conversation, engine.Counts, engine.Plan]:
         """The last change accepted: what the interceptors left, planned."""
         if self._accepted is None:  # `changed` is set only for an accepted change
             raise InternalError("interceptors changed the messages, but no change was accepted")
@@ -223,24 +243,25 @@ def intercept(
     ids = [d.id for d in kept]
     context = InterceptorContext(tuple(ids), budget, result.prompt_tokens, result.profile, result.strategy)
     protected = {d.id for d in kept if d.reason in reasons.PROTECTED}
-    replanner = _Replanner(result.profile, budget, opts, unpinned_ids)
+    replanner = _Replanner(result.profile, result.reasoning_rule, budget, opts, unpinned_ids)
     run = run_interceptors(result.messages, ids, protected, context, opts.plugin_timeout_ms, replanner)
     if not run.changed:
         return (
             replace(result, diagnostics=result.diagnostics + run.diagnostics) if run.diagnostics else result
         )
 
-    conversation, plan = replanner.accepted()
-    prompt_tokens = conversation.recount(result.profile, plan.kept)
+    conversation, counts, plan = replanner.accepted()
+    prompt_tokens = conversation.recount(counts, plan.kept)
     if prompt_tokens != plan.total or prompt_tokens > budget:
         raise InternalError(f"recount after interceptors gave {prompt_tokens}, the plan {plan.total}")
-    cuts = Cuts.of(conversation, result.profile)
+    cuts = Cuts.of(conversation, counts)
     return replace(
         result,
         truncated=result.truncated + list(cuts.truncations.values()),
         prompt_tokens=prompt_tokens,
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, result.calibration_factor),
         diagnostics=result.diagnostics + run.diagnostics + _final_shift(plan),
+        reasoning=reasoning.kept(plan, counts, {}),
         decisions=_decisions_after(result, run, conversation, plan),
         kept_messages=ListedMessages([cuts.messages.get(i, run.messages[i]) for i in plan.kept]),
     )

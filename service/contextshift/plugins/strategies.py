@@ -166,7 +166,7 @@ class PluginStrategy:
 
         rewritten = {index_of[i]: text for i, text in plan.replace.items() if index_of[i] not in excluded}
         messages = {i: _rewrite(ctx, i, text) for i, text in rewritten.items()}
-        after = dict(zip(messages, ctx.block_tokens(list(messages.values())), strict=True))
+        after = ctx.rewritten_tokens(messages)
         counts = ctx.counts.replaced(after)
         forced = [(i, Reason.PLUGIN_EXCLUDED) for i in excluded]
 

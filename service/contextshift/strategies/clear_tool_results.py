@@ -42,7 +42,7 @@ class _Clearing:
     def rewrite(self, i: int, text: str | None, calls: list[str], how: Reason) -> int:
         """Rewrites block `i` from its original message; returns the tokens gained."""
         message = engine.rewrite_block(self.ctx.message(i), text, calls)
-        [after] = self.ctx.block_tokens([message])
+        after = self.ctx.rewritten_tokens({i: message})[i]
         gained = self.current(i) - after
         self.messages[i], self.tokens[i], self.how[i] = message, after, how
         return gained

@@ -113,6 +113,12 @@ class StrategyContext:
     options: ShiftOptions
     # Blocks the chat's previous prompt left out, to leave out again (contextshift.cache_stable).
     carried: Sequence[tuple[int, Reason]] = ()
+    # Blocks rewritten before the strategy runs (old reasoning left out, contextshift.reasoning):
+    # `counts` already has their tokens, and `message` gives them as rewritten.
+    rewritten: Mapping[int, Rewrite] = field(default_factory=dict)
+    # A shift was found needed before the strategy ran (the rewrites above were made for it): it
+    # goes down to the target even when they brought the prompt under the budget.
+    shift_needed: bool = False
 
     @property
     def profile(self) -> str:
@@ -124,15 +130,21 @@ class StrategyContext:
         return math.floor(self.options.target_ratio * budget)
 
     @functools.cached_property
+    def whole_plan(self) -> engine.Plan:
+        """The plan that leaves out only what goes whatever the budget: orphans, blocks whose
+        reasoning is over the char cap, and the carried blocks."""
+        return self.plan(budget=UNBOUNDED, target=UNBOUNDED)
+
+    @property
     def whole_total(self) -> int:
-        """The prompt's tokens with only the orphans and the carried blocks left out."""
-        return self.plan(budget=UNBOUNDED, target=UNBOUNDED).total
+        """The prompt's tokens with only what `whole_plan` leaves out left out."""
+        return self.whole_plan.total
 
     @functools.cached_property
     def needs_shift(self) -> bool:
         """Whether a shift is needed (the whole prompt is over the budget): then it goes down to
         the target (`target_ratio`), whatever brought it under the budget on the way."""
-        return self.whole_total > self.budget
+        return self.shift_needed or self.whole_total > self.budget
 
     @functools.cached_property
     def layout(self) -> engine.Layout:
@@ -166,6 +178,7 @@ class StrategyContext:
         can when the target is out of reach). Raises `TokenBudgetExceeded` when protected blocks
         alone exceed the budget."""
         budget = self.budget if budget is None else budget
+        needed = needed or self.shift_needed
         # A reserve (a summary's room) may exceed the target: then the shift goes as low as it can.
         target = max(0, self.target(budget) if target is None else target)
         counts = self.counts if counts is None else counts
@@ -195,11 +208,13 @@ class StrategyContext:
 
     @functools.cached_property
     def _cut_messages(self) -> dict[int, Mapping[str, Any]]:
-        return {index: message for index, *_, message in self.conversation.cuts(self.profile)}
+        return {index: message for index, *_, message in self.conversation.cuts(self.counts)}
 
     def message(self, index: int) -> Mapping[str, Any]:
         """Block `index` as it would be sent: the caller's dict (JSON input: parsed), with the
-        char cap's cut in place."""
+        char cap's cut or an earlier rewrite in place."""
+        if index in self.rewritten:
+            return self.rewritten[index].message
         if index in self._cut_messages:
             return self._cut_messages[index]
         if isinstance(self.blocks, str | bytes):
@@ -212,5 +227,11 @@ class StrategyContext:
         return sum(self.conversation.found_in(plan.kept, facts, [summary])) if facts else 0
 
     def block_tokens(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        """Block tokens of messages (rewritten or new blocks) under this context's profile."""
+        """Block tokens of new blocks (a summary) under this context's profile."""
         return engine.count_items(messages, self.profile)
+
+    def rewritten_tokens(self, messages: Mapping[int, Mapping[str, Any]]) -> dict[int, int]:
+        """Block tokens of rewritten blocks (`{index: message}`), each counted as its block is
+        (its reasoning by the same rule)."""
+        counted = self.conversation.count_rewrites(self.counts, list(messages.items()))
+        return dict(zip(messages, counted, strict=True))
