@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from reasoning_payloads import THINKING, anthropic_tool_turn, deepseek_tool_loop, responses_loop
 
 from contextshift.provider_messages import read_turn, to_anthropic_messages, to_openai_chat
 
@@ -111,7 +114,10 @@ def test_anthropic_round_trip_puts_tool_results_first_and_keeps_base64_images() 
         "type": "image",
         "source": {"type": "base64", "media_type": "image/png", "data": "AAA="},
     }
-    assert messages[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "zoom", "input": {"x": 1}}]
+    assert messages[1]["content"] == [
+        {"type": "thinking", "thinking": "hmm", "signature": "s"},
+        {"type": "tool_use", "id": "t1", "name": "zoom", "input": {"x": 1}},
+    ]
     assert [p["type"] for p in messages[2]["content"]] == ["tool_result", "text"]
 
 
@@ -154,3 +160,33 @@ def test_result_id_from_meta_and_other_spellings() -> None:
     assert to_openai_chat([{"role": "tool", "tool_use_id": "u1", "content": "r"}]) == [
         {"role": "tool", "tool_call_id": "u1", "content": "r"}
     ]
+
+
+def test_reasoning_goes_out_whole_where_the_format_has_a_place_for_it() -> None:
+    # Anthropic's thinking with tools: thinking and redacted thinking lead their message, verbatim
+    # (their signatures cover them); a new Anthropic message is built around them.
+    turn = anthropic_tool_turn(0, THINKING)
+    redacted = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"}
+    turn[0]["content"].insert(1, redacted)
+    _, messages = to_anthropic_messages(turn)
+    assert messages[0]["content"][:2] == [turn[0]["content"][0], redacted]
+    assert [p["type"] for p in messages[0]["content"]] == [
+        "thinking",
+        "redacted_thinking",
+        "text",
+        "tool_use",
+    ]
+    # DeepSeek's tool-call turns keep their reasoning_content in Chat Completions (it is asked back).
+    chat = to_openai_chat(deepseek_tool_loop("think"))
+    assert [m.get("reasoning_content") for m in chat if m.get("tool_calls")] == [
+        "think",
+        "Today is 2025-12-01, so tomorrow is 2025-12-02. Now the forecast.",
+    ]
+    vllm = to_openai_chat([{"role": "assistant", "content": "2", "reasoning": "1+1"}])
+    assert vllm == [{"role": "assistant", "content": "2", "reasoning": "1+1"}]
+    # Reasoning of another format has no signature there: not carried over.
+    assert all("reasoning_content" not in m and "thinking" not in json.dumps(m) for m in to_openai_chat(turn))
+    _, from_chat = to_anthropic_messages(deepseek_tool_loop("think"))
+    assert all(p["type"] not in {"thinking", "redacted_thinking"} for m in from_chat for p in m["content"])
+    _, from_items = to_anthropic_messages(responses_loop(1))
+    assert all(p["type"] != "thinking" for m in from_items for p in m["content"])

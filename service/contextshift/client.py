@@ -56,7 +56,7 @@ from contextshift.errors import (
 from contextshift.options import OptionSpec
 from contextshift.profile_bench import Accuracy, Report, Throughput
 from contextshift.profiles import ProfileInfo
-from contextshift.result import ShiftResult, Truncation
+from contextshift.result import ReasoningCount, ShiftResult, Truncation
 from contextshift.strategies import Relevance, Summary
 
 _STRING_FIELDS = {"profile", "strategy", "model", "provider", "chat_id", "generation_id"}
@@ -215,6 +215,8 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         relevance=[Relevance(r.id, r.score, r.source) for r in plan.relevance],
         compaction_usage=_compaction_usage(plan) if plan.HasField("compaction_usage") else None,
         tools_tokens=plan.tools_tokens,
+        reasoning_rule=plan.reasoning_rule,
+        reasoning=[ReasoningCount(r.id, r.tokens, r.counted, r.basis) for r in plan.reasoning],
     )
 
 
@@ -285,6 +287,8 @@ def _profile_info(p: pb.TokenizerProfile) -> ProfileInfo:
         prompt_overhead=p.prompt_overhead,
         image_rule=p.image_rule,
         overhead_source=p.overhead_source,
+        reasoning_rule=p.reasoning_rule,
+        reasoning_source=p.reasoning_source,
     )
 
 

@@ -5,8 +5,12 @@ chat and Responses items, Anthropic, Vercel AI SDK, contextshift blocks), alread
 engine. Each block is read into one neutral form (`Turn`), then written in the target format.
 
 Choices a caller should know:
-- Reasoning (`thinking`, `redacted_thinking`, Responses `reasoning` items) is not carried over:
-  providers accept it only with their own signatures, in their own format.
+- Reasoning goes out whole where the target format has a place for it, since providers refuse tool
+  loops without it: Anthropic `thinking` and `redacted_thinking` parts (with their signatures) lead
+  their assistant message in Anthropic Messages, and a message's `reasoning_content` / `reasoning`
+  stays on it in OpenAI Chat (DeepSeek and Moonshot ask it back on tool-call turns). Reasoning of
+  another format is not carried over (a provider accepts reasoning only with its own signatures, in
+  its own shape), nor are Responses `reasoning` items (Chat Completions has no place for them).
 - Anthropic has no system role inside `messages`: every system block's text joins the top-level
   `system` (in order, separated by a blank line); consecutive turns of one role are merged, and tool
   results become `tool_result` parts of a user turn, ahead of its other content.
@@ -43,6 +47,8 @@ class Turn:
     calls: list[ToolCall] = field(default_factory=list)
     results: list[tuple[str, str]] = field(default_factory=list)  # (call id, text) from parts
     result_id: str = ""  # the call a tool block answers, from the block's own fields
+    thinking: list[dict[str, Any]] = field(default_factory=list)  # Anthropic reasoning parts, verbatim
+    reasoning: dict[str, str] = field(default_factory=dict)  # `reasoning_content` / `reasoning`, as given
 
     @property
     def text(self) -> str:
@@ -74,6 +80,10 @@ def _image(part: Mapping[str, Any]) -> dict[str, Any]:
     return image
 
 
+REASONING_PARTS = {"thinking", "redacted_thinking"}
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
 def _read_parts(turn: Turn, parts: Any) -> None:
     if isinstance(parts, str):
         turn.texts.append(parts)
@@ -100,7 +110,8 @@ def _read_parts(turn: Turn, parts: Any) -> None:
         elif kind == "tool-result":
             output = part["output"] if "output" in part else part.get("result", "")
             turn.results.append((part["toolCallId"], _json_text(output)))
-        # thinking / redacted_thinking: not carried over (see the module docstring)
+        elif kind in REASONING_PARTS:
+            turn.thinking.append(dict(part))
 
 
 def _result_id(block: Mapping[str, Any]) -> str:
@@ -131,6 +142,7 @@ def read_turn(block: Mapping[str, Any]) -> Turn:
         turn.result_id = block["call_id"]
         return turn
     _read_parts(turn, block.get("content"))
+    turn.reasoning = {key: block[key] for key in REASONING_FIELDS if isinstance(block.get(key), str)}
     for call in block.get("tool_calls") or []:
         function = call.get("function")
         source = function if isinstance(function, Mapping) else call
@@ -155,7 +167,7 @@ def to_openai_chat(blocks: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         if turn.role == "assistant":
             if not (turn.text or turn.calls):
                 continue  # e.g. a reasoning item: nothing to send
-            message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
+            message: dict[str, Any] = {"role": "assistant", "content": turn.text or None, **turn.reasoning}
             if turn.calls:
                 message["tool_calls"] = [
                     {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -203,6 +215,7 @@ def to_anthropic_messages(blocks: Sequence[Mapping[str, Any]]) -> tuple[str, lis
         if turn.role == "tool" and (turn.result_id or not turn.results):
             content.append({"type": "tool_result", "tool_use_id": turn.result_id, "content": turn.text})
         elif turn.role != "tool":
+            content += turn.thinking  # first, as the model wrote them: their signatures cover them
             content += [{"type": "text", "text": t} for t in turn.texts if t]
             content += [_anthropic_image(image) for image in turn.images]
             content += [

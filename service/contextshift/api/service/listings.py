@@ -29,6 +29,8 @@ def profile_message(info: ProfileInfo) -> pb.TokenizerProfile:
         image_rule=info.image_rule,
         overhead_source=info.overhead_source,
         licence=info.licence,
+        reasoning_rule=info.reasoning_rule,
+        reasoning_source=info.reasoning_source,
     )
 
 

@@ -131,6 +131,11 @@ def encode_plan(
         ],
         compaction_usage=_compaction_usage(result.compaction_usage),
         tools_tokens=result.tools_tokens,
+        reasoning_rule=result.reasoning_rule,
+        reasoning=[
+            context_service_pb2.ReasoningCount(id=r.id, tokens=r.tokens, counted=r.counted, basis=r.basis)
+            for r in result.reasoning
+        ],
     )
     return EncodedPlan(
         plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)

@@ -583,6 +583,8 @@ class ContextPlan(_message.Message):
     RELEVANCE_FIELD_NUMBER: _builtins.int
     COMPACTION_USAGE_FIELD_NUMBER: _builtins.int
     TOOLS_TOKENS_FIELD_NUMBER: _builtins.int
+    REASONING_RULE_FIELD_NUMBER: _builtins.int
+    REASONING_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -617,6 +619,11 @@ class ContextPlan(_message.Message):
     """Tokens of the request's tool definitions (`tools_json`) under the profile's tool rule (raw,
     before calibration), taken from `budget` before the shift: `prompt_tokens + tools_tokens` is
     what was fitted. 0 without tools.
+    """
+    reasoning_rule: _builtins.str
+    """Which reasoning sent back with the prompt the provider keeps, so the counts include: "all",
+    "current_turn" (after the last user block that is not a tool result) or "tool_turns" (turns
+    that called a tool). The profile's rule, or the model's where the model registry gives one.
     """
     @_builtins.property
     def kept(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlockDecision]:
@@ -665,6 +672,12 @@ class ContextPlan(_message.Message):
         Unset when no LLM answered.
         """
 
+    @_builtins.property
+    def reasoning(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReasoningCount]:
+        """The reasoning the kept blocks carry (thinking, reasoning items, reasoning_content), in block
+        order, and whether `prompt_tokens` counts it.
+        """
+
     def __init__(
         self,
         *,
@@ -689,14 +702,54 @@ class ContextPlan(_message.Message):
         relevance: _abc.Iterable[Global___RelevanceScore] | None = ...,
         compaction_usage: Global___CompactionUsage | None = ...,
         tools_tokens: _builtins.int = ...,
+        reasoning_rule: _builtins.str = ...,
+        reasoning: _abc.Iterable[Global___ReasoningCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "compaction_usage", b"compaction_usage", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "reasoning", b"reasoning", "reasoning_rule", b"reasoning_rule", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContextPlan: _TypeAlias = ContextPlan  # noqa: Y015
+
+@_typing.final
+class ReasoningCount(_message.Message):
+    """Reasoning a kept block carries."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    COUNTED_FIELD_NUMBER: _builtins.int
+    BASIS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The block id."""
+    tokens: _builtins.int
+    """Its reasoning's tokens."""
+    counted: _builtins.bool
+    """Whether the block's `tokens` (and `prompt_tokens`) include them: the provider keeps this
+    reasoning in the prompt (`reasoning_rule`).
+    """
+    basis: _builtins.str
+    """How they are known: "text" (its text as sent), "estimated" (encrypted or redacted payloads
+    counted as text: no provider publishes their size) or "reported" (`meta.reasoning_tokens`).
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        tokens: _builtins.int = ...,
+        counted: _builtins.bool = ...,
+        basis: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "counted", b"counted", "id", b"id", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReasoningCount: _TypeAlias = ReasoningCount  # noqa: Y015
 
 @_typing.final
 class CompactionUsage(_message.Message):
@@ -869,7 +922,9 @@ class BlockDecision(_message.Message):
     """A stable reason code: PROTECTED_SYSTEM, PINNED, MANDATORY, FITS, BUDGET_OLDEST_FIRST,
     TOOL_GROUP, MANUAL_EXCLUDED, LOW_RELEVANCE, ORPHAN_TOOL_RESULT, LEADING_ASSISTANT,
     ANCHOR_USER_TURN (kept so an agent loop's history starts on a user turn), SUMMARIZED,
-    SUMMARY (the inserted summary block), CHAR_CAP, UNPINNED_BY_CAP, PLUGIN_EXCLUDED.
+    SUMMARY (the inserted summary block), CHAR_CAP, UNPINNED_BY_CAP, PLUGIN_EXCLUDED,
+    REASONING_OVER_CAP (its reasoning alone is over max_block_chars; reasoning is never cut, so the
+    block went whole with its group).
     """
     def __init__(
         self,
@@ -905,7 +960,8 @@ class Truncation(_message.Message):
     how: _builtins.str
     """How: CHAR_CAP (over max_block_chars), TOOL_RESULT_CLEARED (a tool result's content replaced by
     a placeholder), TOOL_INPUT_CLEARED (a call's arguments emptied), PLUGIN_REPLACED (a plugin
-    strategy's replacement text).
+    strategy's replacement text), REASONING_CLEARED (the reasoning of an old turn left out, option
+    keep_reasoning_turns).
     """
     def __init__(
         self,
@@ -1169,6 +1225,8 @@ class TokenizerProfile(_message.Message):
     IMAGE_RULE_FIELD_NUMBER: _builtins.int
     OVERHEAD_SOURCE_FIELD_NUMBER: _builtins.int
     LICENCE_FIELD_NUMBER: _builtins.int
+    REASONING_RULE_FIELD_NUMBER: _builtins.int
+    REASONING_SOURCE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """The name to pass as `profile`."""
     approximate: _builtins.bool
@@ -1191,6 +1249,14 @@ class TokenizerProfile(_message.Message):
     """Where the overheads and the image rule come from (provider docs, chat templates)."""
     licence: _builtins.str
     """The licence of the vocabulary (and whether it ships with contextshift)."""
+    reasoning_rule: _builtins.str
+    """Which reasoning sent back it counts: "all", "current_turn" or "tool_turns" (a model in the
+    registry may have its own, see ContextPlan.reasoning_rule).
+    """
+    reasoning_source: _builtins.str
+    """Where that rule comes from (the provider's documentation or chat template), or that the
+    provider publishes none.
+    """
     @_builtins.property
     def message_overhead(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """Framing tokens added per message, by role: "system", "user", "assistant", "tool"."""
@@ -1209,10 +1275,12 @@ class TokenizerProfile(_message.Message):
         image_rule: _builtins.str = ...,
         overhead_source: _builtins.str = ...,
         licence: _builtins.str = ...,
+        reasoning_rule: _builtins.str = ...,
+        reasoning_source: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead", "_vocab_size", b"_vocab_size", "name_overhead", b"name_overhead", "vocab_size", b"vocab_size"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead", "_vocab_size", b"_vocab_size", "approximate", b"approximate", "exactness", b"exactness", "image_rule", b"image_rule", "licence", b"licence", "message_overhead", b"message_overhead", "name", b"name", "name_overhead", b"name_overhead", "overhead_source", b"overhead_source", "prompt_overhead", b"prompt_overhead", "source", b"source", "vocab_size", b"vocab_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead", "_vocab_size", b"_vocab_size", "approximate", b"approximate", "exactness", b"exactness", "image_rule", b"image_rule", "licence", b"licence", "message_overhead", b"message_overhead", "name", b"name", "name_overhead", b"name_overhead", "overhead_source", b"overhead_source", "prompt_overhead", b"prompt_overhead", "reasoning_rule", b"reasoning_rule", "reasoning_source", b"reasoning_source", "source", b"source", "vocab_size", b"vocab_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__name_overhead: _TypeAlias = _typing.Literal["name_overhead"]  # noqa: Y015
     _WhichOneofArgType__name_overhead: _TypeAlias = _typing.Literal["_name_overhead", b"_name_overhead"]  # noqa: Y015
