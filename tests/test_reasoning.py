@@ -360,3 +360,44 @@ def test_a_new_turn_keeps_the_cut_though_old_reasoning_stops_counting() -> None:
     after = shift(second, budget, profile="o200k_base", previous=before.as_previous())
     assert [d.event for d in after.diagnostics] == ["CACHE_STABLE"]
     assert [d.id for d in after.excluded] == [d.id for d in before.excluded]
+
+
+# --- the repair keeps a reasoning loop's history (issue 24's fourth case, with issue 19) --------
+
+
+def loop_with_task_oldest(shape: str) -> list[Block]:
+    """A reasoning loop whose task is its oldest turn: a later user turn is the current input."""
+    if shape == "responses":
+        return named(responses_loop(20, task_first=False))
+    if shape == "anthropic":
+        return named(anthropic_loop(12, thinking_repeat=3, new_question=True))
+    steps = deepseek_tool_loop("Look up the next day. " * 20)[2:]
+    blocks = [steps[0]]
+    for n in range(8):
+        for step in steps[1:]:
+            renamed = copy.deepcopy(step)
+            for call in renamed.get("tool_calls", []):
+                call["id"] += f"_{n}"
+            if "tool_call_id" in renamed:
+                renamed["tool_call_id"] += f"_{n}"
+            blocks.append(renamed)
+    return named([*blocks, {"role": "user", "content": "continue"}])
+
+
+@pytest.mark.parametrize("shape", ["responses", "anthropic", "deepseek"])
+def test_reasoning_loops_keep_their_history_through_the_repair(shape: str) -> None:
+    # Was: the cut took the task, the repair then every step that would lead the history, down to
+    # the system prompt and "continue" (14 of 1,170 tokens). The task now comes back as the anchor
+    # and the loop's latest steps stay, reasoning with its calls.
+    blocks = loop_with_task_oldest(shape)
+    budget = whole(blocks) * 3 // 10
+    result = shift(blocks, budget)
+    task = next(b["id"] for b in blocks if b.get("role") == "user")
+    assert reasons(result)[task] == "ANCHOR_USER_TURN"
+    assert result.prompt_tokens > budget // 2
+    assert any(d.reason == "FITS" for d in result.kept)
+    if shape == "responses":
+        responses_pairs_intact(blocks, kept_ids(result))
+    given = {b["id"]: b for b in blocks}
+    for message, decision in zip(result.messages, result.kept, strict=True):
+        assert message is given[decision.id]  # nothing of the kept steps edited
