@@ -1,6 +1,6 @@
-"""Reasoning models' agent loops over gRPC (`blocks_json`, the real server): reasoning kept with its
-calls, never edited, counted by the provider's rule and said so in the plan, and carried into the
-output formats that have a place for it."""
+"""Reasoning models' agent loops over gRPC (`blocks_json` and typed blocks, the real server):
+reasoning kept with its calls, never edited, counted by the provider's rule and said so in the
+plan, and carried into the output formats that have a place for it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import json
 from typing import Any
 
 import grpc
+from google.protobuf import struct_pb2
 from reasoning_payloads import anthropic_loop, deepseek_tool_loop, named, responses_loop
 
 import contextshift
+from contextshift._proto.contextshift.v1 import block_pb2, context_service_pb2_grpc
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 
 
 def shift(channel: grpc.Channel, blocks: list[dict[str, Any]], **fields: Any) -> pb.ContextPlan:
@@ -136,3 +137,59 @@ def test_a_model_that_keeps_every_turns_thinking_counts_it_all(channel: grpc.Cha
     blocks = named(anthropic_loop(2, new_question=True))
     plan = shift(channel, blocks, model="claude-opus-4-5", context_limit=100_000)
     assert plan.reasoning_rule == "all" and all(r.counted for r in plan.reasoning)
+
+
+def typed(block: dict[str, Any]) -> block_pb2.Block:
+    """An Anthropic or DeepSeek block of the payloads as a typed block (tool_use parts become the
+    block's tool calls)."""
+    roles = {
+        "system": block_pb2.ROLE_SYSTEM,
+        "user": block_pb2.ROLE_USER,
+        "assistant": block_pb2.ROLE_ASSISTANT,
+    }
+    roles["tool"] = block_pb2.ROLE_TOOL
+    out = block_pb2.Block(
+        id=block["id"], role=roles[block["role"]], reasoning_content=block.get("reasoning_content", "")
+    )
+    content = block.get("content")
+    if isinstance(content, str):
+        out.content = content
+    for part in content if isinstance(content, list) else []:
+        kind = part["type"]
+        if kind == "thinking":
+            out.parts.add(thinking=block_pb2.Thinking(thinking=part["thinking"], signature=part["signature"]))
+        elif kind == "redacted_thinking":
+            out.parts.add(redacted_thinking=block_pb2.RedactedThinking(data=part["data"]))
+        elif kind == "text":
+            out.parts.add(text=part["text"])
+        elif kind == "tool_result":
+            out.parts.add(
+                tool_result=block_pb2.ToolResult(tool_call_id=part["tool_use_id"], content=part["content"])
+            )
+        else:
+            out.tool_calls.add(id=part["id"], name=part["name"], arguments=json.dumps(part["input"]))
+    for call in block.get("tool_calls", []):
+        function = call["function"]
+        out.tool_calls.add(id=call["id"], name=function["name"], arguments=function["arguments"])
+    if "tool_call_id" in block:
+        out.tool_call_id = block["tool_call_id"]
+    return out
+
+
+def test_typed_blocks_carry_reasoning_as_json_does(channel: grpc.Channel) -> None:
+    stub = context_service_pb2_grpc.ContextShiftServiceStub(channel)
+    for blocks, output_format in [
+        (named(anthropic_loop(5, thinking_repeat=3, new_question=True)), pb.OUTPUT_FORMAT_ANTHROPIC_MESSAGES),
+        (named(deepseek_tool_loop()), pb.OUTPUT_FORMAT_OPENAI_CHAT),
+    ]:
+        common: dict[str, Any] = {"context_limit": 900, "response_reserve": 0, "output_format": output_format}
+        common["options"] = struct_pb2.Struct()
+        common["options"].update({"max_block_chars": 400, "keep_reasoning_turns": 1})
+        as_json = stub.PreviewContext(
+            pb.PreviewContextRequest(blocks_json=json.dumps(blocks), **common), timeout=20
+        )
+        as_typed = stub.PreviewContext(
+            pb.PreviewContextRequest(blocks=[typed(b) for b in blocks], **common), timeout=20
+        )
+        assert as_json.plan.excluded and as_json.plan.reasoning
+        assert as_typed.plan == as_json.plan

@@ -154,7 +154,10 @@ CONDITIONS: Mapping[str, tuple[Condition, ...]] = {
 # Messages with a oneof of which a request must set one member: the oneof, and what a message
 # with none set is told.
 ONEOF_REQUIRED: Mapping[str, tuple[str, str]] = {
-    "contextshift.v1.Part": ("part", "empty part: set text, image or tool_result"),
+    "contextshift.v1.Part": (
+        "part",
+        "empty part: set text, image, tool_result, thinking or redacted_thinking",
+    ),
     "contextshift.v1.CountItem": ("item", "empty item: set text or block"),
 }
 

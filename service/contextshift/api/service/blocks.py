@@ -51,6 +51,10 @@ def _part(part: block_pb2.Part, at: str) -> dict[str, Any]:
             "tool_use_id": part.tool_result.tool_call_id,
             "content": part.tool_result.content,
         }
+    if which == "thinking":
+        return {"type": "thinking", "thinking": part.thinking.thinking, "signature": part.thinking.signature}
+    if which == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": part.redacted_thinking.data}
     raise invalid(at, rules.ONEOF_REQUIRED[block_pb2.Part.DESCRIPTOR.full_name][1])
 
 
@@ -77,6 +81,8 @@ def block_dict(block: block_pb2.Block, at: str) -> dict[str, Any]:
         out["tool_calls"] = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in block.tool_calls]
     if block.tool_call_id:
         out["tool_call_id"] = block.tool_call_id
+    if block.reasoning_content:
+        out["reasoning_content"] = block.reasoning_content
     for flag in ("pinned", "mandatory", "injected"):
         if getattr(block, flag):
             out[flag] = True

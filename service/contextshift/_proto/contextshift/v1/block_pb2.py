@@ -25,25 +25,29 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontextshift/v1/block.proto\x12\x0f\x63ontextshift.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xe0\x02\n\x05\x42lock\x12\n\n\x02id\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.contextshift.v1.Role\x12(\n\x04kind\x18\x03 \x01(\x0e\x32\x1a.contextshift.v1.BlockKind\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12$\n\x05parts\x18\x05 \x03(\x0b\x32\x15.contextshift.v1.Part\x12-\n\ntool_calls\x18\x06 \x03(\x0b\x32\x19.contextshift.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x07 \x01(\t\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\x12\x11\n\tmandatory\x18\t \x01(\x08\x12\x10\n\x08injected\x18\n \x01(\x08\x12\x16\n\trelevance\x18\x0b \x01(\x01H\x00\x88\x01\x01\x12%\n\x04meta\x18\x0c \x01(\x0b\x32\x17.google.protobuf.StructB\x0c\n\n_relevance\"{\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05image\x18\x02 \x01(\x0b\x32\x16.contextshift.v1.ImageH\x00\x12\x32\n\x0btool_result\x18\x03 \x01(\x0b\x32\x1b.contextshift.v1.ToolResultH\x00\x42\x06\n\x04part\"C\n\x05Image\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\x05\x12\x0e\n\x06height\x18\x04 \x01(\x05\"3\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xd0\x01\n\tBlockKind\x12\x1a\n\x16\x42LOCK_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42LOCK_KIND_SYSTEM\x10\x01\x12\x18\n\x14\x42LOCK_KIND_CHARACTER\x10\x02\x12\x16\n\x12\x42LOCK_KIND_PERSONA\x10\x03\x12\x17\n\x13\x42LOCK_KIND_LOREBOOK\x10\x04\x12\x15\n\x11\x42LOCK_KIND_MEMORY\x10\x05\x12\x16\n\x12\x42LOCK_KIND_SUMMARY\x10\x06\x12\x16\n\x12\x42LOCK_KIND_MESSAGE\x10\x07\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x63ontextshift/v1/block.proto\x12\x0f\x63ontextshift.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xfb\x02\n\x05\x42lock\x12\n\n\x02id\x18\x01 \x01(\t\x12#\n\x04role\x18\x02 \x01(\x0e\x32\x15.contextshift.v1.Role\x12(\n\x04kind\x18\x03 \x01(\x0e\x32\x1a.contextshift.v1.BlockKind\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12$\n\x05parts\x18\x05 \x03(\x0b\x32\x15.contextshift.v1.Part\x12-\n\ntool_calls\x18\x06 \x03(\x0b\x32\x19.contextshift.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x07 \x01(\t\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\x12\x11\n\tmandatory\x18\t \x01(\x08\x12\x10\n\x08injected\x18\n \x01(\x08\x12\x16\n\trelevance\x18\x0b \x01(\x01H\x00\x88\x01\x01\x12%\n\x04meta\x18\x0c \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11reasoning_content\x18\r \x01(\tB\x0c\n\n_relevance\"\xea\x01\n\x04Part\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\'\n\x05image\x18\x02 \x01(\x0b\x32\x16.contextshift.v1.ImageH\x00\x12\x32\n\x0btool_result\x18\x03 \x01(\x0b\x32\x1b.contextshift.v1.ToolResultH\x00\x12-\n\x08thinking\x18\x04 \x01(\x0b\x32\x19.contextshift.v1.ThinkingH\x00\x12>\n\x11redacted_thinking\x18\x05 \x01(\x0b\x32!.contextshift.v1.RedactedThinkingH\x00\x42\x06\n\x04part\"/\n\x08Thinking\x12\x10\n\x08thinking\x18\x01 \x01(\t\x12\x11\n\tsignature\x18\x02 \x01(\t\" \n\x10RedactedThinking\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\t\"C\n\x05Image\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x02 \x01(\t\x12\r\n\x05width\x18\x03 \x01(\x05\x12\x0e\n\x06height\x18\x04 \x01(\x05\"3\n\nToolResult\x12\x14\n\x0ctool_call_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t*_\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n\x0bROLE_SYSTEM\x10\x01\x12\r\n\tROLE_USER\x10\x02\x12\x12\n\x0eROLE_ASSISTANT\x10\x03\x12\r\n\tROLE_TOOL\x10\x04*\xd0\x01\n\tBlockKind\x12\x1a\n\x16\x42LOCK_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11\x42LOCK_KIND_SYSTEM\x10\x01\x12\x18\n\x14\x42LOCK_KIND_CHARACTER\x10\x02\x12\x16\n\x12\x42LOCK_KIND_PERSONA\x10\x03\x12\x17\n\x13\x42LOCK_KIND_LOREBOOK\x10\x04\x12\x15\n\x11\x42LOCK_KIND_MEMORY\x10\x05\x12\x16\n\x12\x42LOCK_KIND_SUMMARY\x10\x06\x12\x16\n\x12\x42LOCK_KIND_MESSAGE\x10\x07\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'contextshift._proto.contextshift.v1.block_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROLE']._serialized_start=737
-  _globals['_ROLE']._serialized_end=832
-  _globals['_BLOCKKIND']._serialized_start=835
-  _globals['_BLOCKKIND']._serialized_end=1043
+  _globals['_ROLE']._serialized_start=959
+  _globals['_ROLE']._serialized_end=1054
+  _globals['_BLOCKKIND']._serialized_start=1057
+  _globals['_BLOCKKIND']._serialized_end=1265
   _globals['_BLOCK']._serialized_start=79
-  _globals['_BLOCK']._serialized_end=431
-  _globals['_PART']._serialized_start=433
-  _globals['_PART']._serialized_end=556
-  _globals['_IMAGE']._serialized_start=558
-  _globals['_IMAGE']._serialized_end=625
-  _globals['_TOOLRESULT']._serialized_start=627
-  _globals['_TOOLRESULT']._serialized_end=678
-  _globals['_TOOLCALL']._serialized_start=680
-  _globals['_TOOLCALL']._serialized_end=735
+  _globals['_BLOCK']._serialized_end=458
+  _globals['_PART']._serialized_start=461
+  _globals['_PART']._serialized_end=695
+  _globals['_THINKING']._serialized_start=697
+  _globals['_THINKING']._serialized_end=744
+  _globals['_REDACTEDTHINKING']._serialized_start=746
+  _globals['_REDACTEDTHINKING']._serialized_end=778
+  _globals['_IMAGE']._serialized_start=780
+  _globals['_IMAGE']._serialized_end=847
+  _globals['_TOOLRESULT']._serialized_start=849
+  _globals['_TOOLRESULT']._serialized_end=900
+  _globals['_TOOLCALL']._serialized_start=902
+  _globals['_TOOLCALL']._serialized_end=957
 # @@protoc_insertion_point(module_scope)

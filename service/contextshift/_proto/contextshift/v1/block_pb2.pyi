@@ -79,7 +79,7 @@ class _BlockKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BlockKind.V
     """An ordinary conversation turn."""
 
 class BlockKind(_BlockKind, metaclass=_BlockKindEnumTypeWrapper):
-    """What a block is for; decides protection (docs/design.md §3)."""
+    """What a block is for; decides protection (DESIGN.md §3)."""
 
 BLOCK_KIND_UNSPECIFIED: BlockKind.ValueType  # 0
 """Not set: the same as BLOCK_KIND_MESSAGE."""
@@ -117,6 +117,7 @@ class Block(_message.Message):
     INJECTED_FIELD_NUMBER: _builtins.int
     RELEVANCE_FIELD_NUMBER: _builtins.int
     META_FIELD_NUMBER: _builtins.int
+    REASONING_CONTENT_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     """Unique within the request. Empty: the block is named by its 0-based position, "#0", "#1", ..."""
     role: Global___Role.ValueType
@@ -134,8 +135,10 @@ class Block(_message.Message):
     injected: _builtins.bool
     """Injected while an agent runs (the pinned cap unpins these first)."""
     relevance: _builtins.float
-    """Relevance to the current input, for relevance-aware strategies: 0 (unrelated) to 1, the scale
-    every relevance source shares (see RelevanceScore); outside it is INVALID_ARGUMENT.
+    """Relevance to the current input, for relevance-aware strategies; must be finite."""
+    reasoning_content: _builtins.str
+    """The block's reasoning as text (DeepSeek, Moonshot and Qwen `reasoning_content`): kept on the
+    block, never cut, counted as the profile's reasoning rule says.
     """
     @_builtins.property
     def parts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Part]:
@@ -148,7 +151,8 @@ class Block(_message.Message):
     @_builtins.property
     def meta(self) -> _struct_pb2.Struct:
         """Free-form metadata; may carry result ids (`toolCallId`, `tool_call_id`, `callId`, `call_id`,
-        `tool_use_id`) and strategy hints such as `manualExcluded`.
+        `tool_use_id`), strategy hints such as `manualExcluded`, and `reasoning_tokens` (the tokens the
+        provider reported for the block's reasoning, counted instead of its text).
         """
 
     def __init__(
@@ -166,10 +170,11 @@ class Block(_message.Message):
         injected: _builtins.bool = ...,
         relevance: _builtins.float | None = ...,
         meta: _struct_pb2.Struct | None = ...,
+        reasoning_content: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_relevance", b"_relevance", "meta", b"meta", "relevance", b"relevance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_relevance", b"_relevance", "content", b"content", "id", b"id", "injected", b"injected", "kind", b"kind", "mandatory", b"mandatory", "meta", b"meta", "parts", b"parts", "pinned", b"pinned", "relevance", b"relevance", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_relevance", b"_relevance", "content", b"content", "id", b"id", "injected", b"injected", "kind", b"kind", "mandatory", b"mandatory", "meta", b"meta", "parts", b"parts", "pinned", b"pinned", "reasoning_content", b"reasoning_content", "relevance", b"relevance", "role", b"role", "tool_call_id", b"tool_call_id", "tool_calls", b"tool_calls"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__relevance: _TypeAlias = _typing.Literal["relevance"]  # noqa: Y015
     _WhichOneofArgType__relevance: _TypeAlias = _typing.Literal["_relevance", b"_relevance"]  # noqa: Y015
@@ -186,6 +191,8 @@ class Part(_message.Message):
     TEXT_FIELD_NUMBER: _builtins.int
     IMAGE_FIELD_NUMBER: _builtins.int
     TOOL_RESULT_FIELD_NUMBER: _builtins.int
+    THINKING_FIELD_NUMBER: _builtins.int
+    REDACTED_THINKING_FIELD_NUMBER: _builtins.int
     text: _builtins.str
     """A piece of text."""
     @_builtins.property
@@ -196,22 +203,80 @@ class Part(_message.Message):
     def tool_result(self) -> Global___ToolResult:
         """A tool result embedded in a message (Anthropic `tool_result`)."""
 
+    @_builtins.property
+    def thinking(self) -> Global___Thinking:
+        """Reasoning the model signed (Anthropic `thinking`): sent back unchanged, never cut."""
+
+    @_builtins.property
+    def redacted_thinking(self) -> Global___RedactedThinking:
+        """Reasoning the provider encrypted (Anthropic `redacted_thinking`): sent back unchanged."""
+
     def __init__(
         self,
         *,
         text: _builtins.str = ...,
         image: Global___Image | None = ...,
         tool_result: Global___ToolResult | None = ...,
+        thinking: Global___Thinking | None = ...,
+        redacted_thinking: Global___RedactedThinking | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "redacted_thinking", b"redacted_thinking", "text", b"text", "thinking", b"thinking", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "text", b"text", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["image", b"image", "part", b"part", "redacted_thinking", b"redacted_thinking", "text", b"text", "thinking", b"thinking", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image", "tool_result"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["text", "image", "tool_result", "thinking", "redacted_thinking"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 
 Global___Part: _TypeAlias = Part  # noqa: Y015
+
+@_typing.final
+class Thinking(_message.Message):
+    """An Anthropic `thinking` block."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THINKING_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    thinking: _builtins.str
+    """The reasoning text."""
+    signature: _builtins.str
+    """The signature that covers it."""
+    def __init__(
+        self,
+        *,
+        thinking: _builtins.str = ...,
+        signature: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signature", b"signature", "thinking", b"thinking"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Thinking: _TypeAlias = Thinking  # noqa: Y015
+
+@_typing.final
+class RedactedThinking(_message.Message):
+    """An Anthropic `redacted_thinking` block."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    data: _builtins.str
+    """The encrypted reasoning (counted as its text, an estimate)."""
+    def __init__(
+        self,
+        *,
+        data: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedactedThinking: _TypeAlias = RedactedThinking  # noqa: Y015
 
 @_typing.final
 class Image(_message.Message):
