@@ -638,3 +638,40 @@ def test_every_strategy_keeps_reasoning_whole_and_unedited_on_reasoning_loops(
         if decision.id in given:
             sent = reasoning_of(message)
             assert sent == ([] if decision.id in cleared else reasoning_of(given[decision.id])), decision.id
+
+
+@settings(max_examples=examples(200))
+@given(reasoning_loops(), st.lists(st.booleans(), max_size=40), st.sampled_from(["strategy", "interceptor"]))
+def test_the_plugin_guard_keeps_reasoning_groups_whole(
+    scenario: Scenario, drops: list[bool], where: str
+) -> None:
+    """A plugin strategy or an interceptor leaving out any blocks (a reasoning item without its
+    calls, a call without its reasoning): the guard extends the strategy's exclusions to whole
+    groups and skips an interceptor that splits one."""
+    try:
+        run_library(scenario)
+    except contextshift.TokenBudgetExceeded:
+        return
+    chosen = {b["id"] for b, drop in zip(scenario.blocks, drops, strict=False) if drop}
+
+    def drop_some(view: contextshift.ShiftView) -> list[str]:
+        return [b.id for b in view.blocks if b.id in chosen and not b.protected]
+
+    def drop_messages(messages: list[dict[str, Any]], context: contextshift.InterceptorContext) -> list[Any]:
+        return [m for m, block_id in zip(messages, context.ids, strict=True) if block_id not in chosen]
+
+    if where == "strategy":
+        cleanup = contextshift.register_strategy("drop-some", drop_some)
+    else:
+        cleanup = contextshift.register_interceptor(drop_messages)
+    try:
+        result = run_library(scenario, strategy="drop-some" if where == "strategy" else "truncate")
+    finally:
+        cleanup()
+    analysis = analyze(scenario.blocks, budget=scenario.budget, options=scenario.options)
+    kept = {d.id for d in result.kept}
+    for members in analysis.groups:
+        assert len({analysis.ids[i] in kept for i in members}) == 1, f"{where} split {members}"
+    assert result.prompt_tokens <= result.budget
+    if where == "strategy":
+        check_promises(scenario, result, excluded_reasons=STRATEGY_EXCLUDED_REASONS | {"PLUGIN_EXCLUDED"})
