@@ -203,14 +203,23 @@ struct Counts {
 
 impl Counts {
     fn new(profile: Arc<Profile>, retention: Retention, blocks: &[Block], counts: &[BlockCount]) -> Self {
+        let n = blocks.len();
+        let reasoning_blocks: Vec<usize> = (0..n).filter(|&i| !blocks[i].reasoning.is_empty()).collect();
         let counted = retention.counted(blocks);
+        // Per-block reasoning figures, filled in for the few blocks that carry reasoning.
+        let (mut reasoning, mut clearable, mut basis) = (vec![0; n], vec![false; n], vec![""; n]);
         let rule = profile.reasoning_rule();
+        for &i in &reasoning_blocks {
+            reasoning[i] = counts[i].reasoning;
+            clearable[i] = rule.clearable(&blocks[i]);
+            basis[i] = reasoning::basis(&blocks[i]);
+        }
         Counts {
             tokens: counts.iter().zip(&counted).map(|(c, &counted)| c.total(counted)).collect(),
-            reasoning: counts.iter().map(|c| c.reasoning).collect(),
-            clearable: blocks.iter().map(|b| rule.clearable(b)).collect(),
-            basis: blocks.iter().map(reasoning::basis).collect(),
-            reasoning_blocks: (0..blocks.len()).filter(|&i| !blocks[i].reasoning.is_empty()).collect(),
+            reasoning: reasoning.into(),
+            clearable: clearable.into(),
+            basis: basis.into(),
+            reasoning_blocks: reasoning_blocks.into(),
             counted: counted.into(),
             profile,
             retention,

@@ -79,6 +79,8 @@ def clear_old(ctx: StrategyContext) -> Cleared | None:
 
 def kept(plan: engine.Plan, counts: engine.Counts, cleared: dict[int, Rewrite]) -> list[ReasoningCount]:
     """The reasoning the plan's kept blocks carry (blocks whose reasoning was left out have none)."""
+    if not counts.reasoning_blocks:
+        return []  # most conversations: no call into the plan
     return [
         ReasoningCount(block_id, tokens, counted, basis)
         for i, block_id, tokens, counted, basis in plan.reasoning(counts)

@@ -166,6 +166,16 @@ impl Block {
         self.reasoning.iter().flat_map(|r| &r.texts).map(|t| t.chars().count()).sum()
     }
 
+    /// Bytes of the reasoning text and, with `opaque`, of its encrypted payloads.
+    pub fn reasoning_bytes(&self, opaque: bool) -> usize {
+        if self.reasoning.is_empty() {
+            return 0; // most blocks: no iterator to set up
+        }
+        let texts: usize = self.reasoning.iter().flat_map(|r| &r.texts).map(String::len).sum();
+        let payloads: usize = self.reasoning.iter().flat_map(|r| &r.opaque).map(String::len).sum();
+        texts + if opaque { payloads } else { 0 }
+    }
+
     /// An OpenAI Responses `reasoning` item: it belongs with the output items after it.
     pub fn is_reasoning_item(&self) -> bool {
         self.reasoning.iter().any(|r| r.source == ReasoningSource::ResponsesItem)
@@ -174,11 +184,9 @@ impl Block {
     /// Bytes of text a profile counts in this block: what decides whether counting is parallel.
     pub fn text_bytes(&self) -> usize {
         let calls: usize = self.calls.iter().map(|c| c.name.len() + c.arguments.len()).sum();
-        let reasoning: usize =
-            self.reasoning.iter().flat_map(|r| r.texts.iter().chain(&r.opaque)).map(String::len).sum();
         self.pieces.iter().map(String::len).sum::<usize>()
             + calls
-            + reasoning
+            + self.reasoning_bytes(true)
             + self.name.as_ref().map_or(0, String::len)
     }
 }

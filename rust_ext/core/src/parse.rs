@@ -232,8 +232,7 @@ pub fn parse_conversation<N: Node>(
         };
         // Bytes bound code points from above, so most blocks skip the code point count.
         let max_chars = cap.of(&block);
-        let reasoning_bytes: usize = block.reasoning.iter().flat_map(|r| &r.texts).map(String::len).sum();
-        let bytes = block.pieces.iter().map(String::len).sum::<usize>() + reasoning_bytes;
+        let bytes = block.pieces.iter().map(String::len).sum::<usize>() + block.reasoning_bytes(false);
         if bytes <= max_chars || block.char_count() <= max_chars {
             ids.push((index, Id::Parsed(blocks.len())));
             blocks.push(block);
@@ -644,6 +643,9 @@ impl Reader {
     /// A chat message's `reasoning_content` and `reasoning` (vLLM's newer name; its replies carry
     /// both, with the same text, which then counts once).
     fn reasoning_fields<N: Node>(&mut self, content: Option<&N>, reasoning: Option<&N>, at: &Path, parts: &mut Parts) {
+        if content.is_none() && reasoning.is_none() {
+            return; // most blocks
+        }
         let mut texts = Strings::new();
         for (node, key) in [(content, "reasoning_content"), (reasoning, "reasoning")] {
             let field_at = at.key(key);

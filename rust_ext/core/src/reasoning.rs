@@ -81,12 +81,14 @@ impl ReasoningRule {
     /// what the provider accepts missing (a Responses item never: its output items name it), and
     /// only when the block keeps some content of its own.
     pub fn clearable(&self, block: &Block) -> bool {
+        if block.reasoning.is_empty() {
+            return false;
+        }
         let has_content = !(block.pieces.is_empty()
             && block.calls.is_empty()
             && block.images.is_empty()
             && block.result_ids.is_empty());
         has_content
-            && !block.reasoning.is_empty()
             && block.reasoning.iter().all(|r| match r.source {
                 ReasoningSource::ResponsesItem => false,
                 ReasoningSource::Thinking | ReasoningSource::RedactedThinking => self.clear_thinking,
