@@ -79,7 +79,7 @@ class _BlockKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BlockKind.V
     """An ordinary conversation turn."""
 
 class BlockKind(_BlockKind, metaclass=_BlockKindEnumTypeWrapper):
-    """What a block is for; decides protection (DESIGN.md §3)."""
+    """What a block is for; decides protection (docs/design.md §3)."""
 
 BLOCK_KIND_UNSPECIFIED: BlockKind.ValueType  # 0
 """Not set: the same as BLOCK_KIND_MESSAGE."""
@@ -135,7 +135,9 @@ class Block(_message.Message):
     injected: _builtins.bool
     """Injected while an agent runs (the pinned cap unpins these first)."""
     relevance: _builtins.float
-    """Relevance to the current input, for relevance-aware strategies; must be finite."""
+    """Relevance to the current input, for relevance-aware strategies: 0 (unrelated) to 1, the scale
+    every relevance source shares (see RelevanceScore); outside it is INVALID_ARGUMENT.
+    """
     reasoning_content: _builtins.str
     """The block's reasoning as text (DeepSeek, Moonshot and Qwen `reasoning_content`): kept on the
     block, never cut, counted as the profile's reasoning rule says.
