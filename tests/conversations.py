@@ -590,8 +590,9 @@ class Scenario:
         return f"Scenario(budget={self.budget!r}, options={self.options!r},\n  blocks={self.blocks!r})"
 
 
-def _fit_json_outputs(blocks: list[Block], max_block_chars: int) -> None:
-    """Keep blocks with non-str Vercel tool-result outputs under the char cap.
+def _fit_json_outputs(blocks: list[Block], max_block_chars: int, tool_result_max_chars: int) -> None:
+    """Keep blocks with non-str Vercel tool-result outputs under their char cap (a tool result's is
+    the lower of the two caps when `tool_result_max_chars` is set).
 
     docs/semantics.md does not say how the JSON text of such an output is cut; keep the generated
     inputs inside the documented part (such blocks never need a cut).
@@ -607,7 +608,12 @@ def _fit_json_outputs(blocks: list[Block], max_block_chars: int) -> None:
             for part in content
         )
         parsed = parse_block(index, block, [])
-        if has_json and parsed is not None and parsed.chars() > max_block_chars:
+        if parsed is None:
+            continue
+        cap = max_block_chars
+        if parsed.result_ids and tool_result_max_chars:
+            cap = min(cap, tool_result_max_chars)
+        if has_json and parsed.chars() > cap:
             for part in content:
                 for key in ("output", "result"):
                     if part.get("type") == "tool-result" and key in part and not isinstance(part[key], str):
@@ -618,8 +624,8 @@ def _fit_json_outputs(blocks: list[Block], max_block_chars: int) -> None:
 def scenarios(draw: st.DrawFn, max_turns: int = 14) -> Scenario:
     opts = draw(options())
     blocks = draw(conversations(max_turns=max_turns))
-    max_chars = (opts or {}).get("max_block_chars", 50_000)
-    _fit_json_outputs(blocks, max_chars)
+    given = opts or {}
+    _fit_json_outputs(blocks, given.get("max_block_chars", 50_000), given.get("tool_result_max_chars", 0))
     # Estimate where the interesting budgets are (pins may still be lost to the cap later).
     ample = analyze(blocks, budget=10**12, options=opts)
     total = sum(ample.tokens)
