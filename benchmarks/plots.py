@@ -18,7 +18,7 @@ CONTENDERS = {
     "cached_json_s": "contextshift, JSON bytes (o200k_base, cached counts)",
     "reference_s": "pure-Python reference",
     "trim_messages_s": "LangChain trim_messages (same rule, counted per call)",
-    "trim_lookup_s": "LangChain trim_messages (counts looked up)",
+    "trim_lookup_s": "LangChain trim_messages (o200k_base counts looked up)",
 }
 
 

@@ -8,8 +8,9 @@ text tokens of the content + text tokens of each tool call's name and JSON argum
 semantics.md §2), written in Python as a LangChain user would write it. It is checked to give the
 library's total on the whole conversation. `trim_messages` asks for counts of growing prefixes
 (binary search), so it counts about log2(n) times n messages; contextshift counts each once and
-twice for the recount. A counter that looks the counts up instead (`lookup_counter`) is measured
-too, for information: then LangChain does no counting at all.
+twice for the recount. A counter that looks the counts up instead (`lookup_counter`) is the contender
+of the cached-count shifts: given the same `o200k_base` counts and budget, LangChain does no counting
+at all, as a caller who caches counts would run it.
 """
 
 from __future__ import annotations
