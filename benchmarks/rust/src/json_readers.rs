@@ -9,7 +9,7 @@
 
 mod serde_tape;
 
-use contextshift_core::json_doc::{parse_json_blocks, read_blocks};
+use contextshift_core::json_doc::{parse_json_blocks, read_blocks, read_blocks_precise};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::hint::black_box;
@@ -50,8 +50,11 @@ fn median_seconds(f: &mut dyn FnMut(), samples: usize, sample: Duration) -> f64 
 type Contender = (&'static str, fn(&str));
 
 const CONTENDERS: &[Contender] = &[
-    ("contextshift: its own reader onto a tape, with spans", |text| {
+    ("contextshift: its reader onto a tape, with spans (structural)", |text| {
         black_box(read_blocks(text).expect("valid"));
+    }),
+    ("contextshift: the same, byte by byte (the precise reader)", |text| {
+        black_box(read_blocks_precise(text).expect("valid"));
     }),
     ("serde_json onto the same tape, with spans (serde_tape.rs)", |text| {
         black_box(serde_tape::read(text).expect("valid"));
@@ -64,6 +67,17 @@ const CONTENDERS: &[Contender] = &[
     }),
     ("sonic-rs: Value", |text| {
         black_box(sonic_rs::from_str::<sonic_rs::Value>(text).expect("valid"));
+    }),
+    ("sonic-rs: each element's span (to_array_iter)", |text| {
+        for element in sonic_rs::to_array_iter(text) {
+            black_box(element.expect("valid").as_raw_str());
+        }
+    }),
+    ("sonic-rs: each element's span, then its Value", |text| {
+        for element in sonic_rs::to_array_iter(text) {
+            let element = element.expect("valid");
+            black_box(sonic_rs::from_str::<sonic_rs::Value>(element.as_raw_str()).expect("valid"));
+        }
     }),
     ("simd-json: BorrowedValue (on a copy: it parses in place)", |text| {
         let mut bytes = text.as_bytes().to_vec();
