@@ -3,8 +3,9 @@
 //! recounts only what is new, and a text counted by one request (a shift, a CountTokens) is free
 //! for the next.
 //!
-//! Keys are 128-bit XXH3 hashes of the text seeded with the profile's cache id, so no text is
-//! stored; a false hit needs a 128-bit collision. The cache is sharded so parallel counting
+//! Keys are 128-bit XXH3 hashes of the text (taken once, where the text is read: `text_key`) mixed
+//! with the profile's salt, so no text is stored and a text hashed for one profile is looked up
+//! under any other without hashing it again; a false hit needs a 128-bit collision. The cache is sharded so parallel counting
 //! threads rarely wait on one another. Each shard keeps two generations of plain hash maps
 //! instead of an LRU list: a hit costs one probe and writes nothing (an LRU relinks three list
 //! nodes per hit, a cache miss each on a large cache); an entry used in the current generation
@@ -14,7 +15,7 @@
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-use xxhash_rust::xxh3::xxh3_128_with_seed;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
 const SHARDS: usize = 16;
 
@@ -113,9 +114,16 @@ impl Shard {
     }
 }
 
-/// A text's key under the profile with `cache_id`.
-fn key_of(cache_id: u64, text: &str) -> u128 {
-    xxh3_128_with_seed(text.as_bytes(), cache_id)
+/// A text's hash, the same under every profile: taken once where the text is read.
+pub type TextKey = u128;
+
+pub fn text_key(text: &str) -> TextKey {
+    xxh3_128(text.as_bytes())
+}
+
+/// What makes a profile's keys its own: a text's key under it is `text_key ^ salt`.
+pub fn salt(cache_id: u64) -> u128 {
+    xxh3_128_with_seed(b"contextshift count cache", cache_id)
 }
 
 /// The shard a key lives in.
@@ -132,13 +140,13 @@ impl CountCache {
         }
     }
 
-    /// The count of `text` under the profile with `cache_id`, computing and storing it on a miss.
-    /// With a zero capacity the cache is off and every call counts.
-    pub fn get_or_count(&self, cache_id: u64, text: &str, count: impl FnOnce(&str) -> u64) -> u64 {
+    /// The count of `text` (whose `text_key` is `key`) under the profile with `salt`, computing
+    /// and storing it on a miss. With a zero capacity the cache is off and every call counts.
+    pub fn get_or_count(&self, salt: u128, key: TextKey, text: &str, count: impl FnOnce(&str) -> u64) -> u64 {
         if self.capacity_bytes.load(Ordering::Relaxed) == 0 {
             return count(text);
         }
-        let key = key_of(cache_id, text);
+        let key = key ^ salt;
         let shard = &self.shards[shard_of(key)];
         {
             let mut shard = lock(shard);
@@ -153,15 +161,21 @@ impl CountCache {
         tokens
     }
 
-    /// `get_or_count` for each of `texts`, in order, with the same counts, entries and hit and
-    /// miss totals. The texts are hashed first, then each shard is locked once and probed for all
-    /// of its keys in a row: a probe of a large cache is a memory miss, and probes that follow one
+    /// `get_or_count` for each of `texts` (whose `text_key`s are `keys`), in order, with the same
+    /// counts, entries and hit and miss totals. Each shard is locked once and probed for all of
+    /// its keys in a row: a probe of a large cache is a memory miss, and probes that follow one
     /// another (with no hashing and no lock's atomic between them) wait on their misses together.
-    pub fn get_or_count_many(&self, cache_id: u64, texts: &[&str], count: impl Fn(&str) -> u64) -> Vec<u64> {
+    pub fn get_or_count_many(
+        &self,
+        salt: u128,
+        keys: &[TextKey],
+        texts: &[&str],
+        count: impl Fn(&str) -> u64,
+    ) -> Vec<u64> {
         if self.capacity_bytes.load(Ordering::Relaxed) == 0 {
             return texts.iter().map(|t| count(t)).collect();
         }
-        let keys: Vec<u128> = texts.iter().map(|t| key_of(cache_id, t)).collect();
+        let keys: Vec<u128> = keys.iter().map(|&key| key ^ salt).collect();
         // The text indices grouped by shard (a counting sort): shard s holds by_shard[starts[s]..starts[s + 1]].
         let mut starts = [0usize; SHARDS + 1];
         for &key in &keys {
@@ -280,9 +294,10 @@ mod tests {
             calls.set(calls.get() + 1);
             t.len() as u64
         };
-        assert_eq!(cache.get_or_count(1, "hello", count), 5);
-        assert_eq!(cache.get_or_count(1, "hello", count), 5);
-        assert_eq!(cache.get_or_count(2, "hello", count), 5);
+        let hello = text_key("hello");
+        assert_eq!(cache.get_or_count(salt(1), hello, "hello", count), 5);
+        assert_eq!(cache.get_or_count(salt(1), hello, "hello", count), 5);
+        assert_eq!(cache.get_or_count(salt(2), hello, "hello", count), 5);
         assert_eq!(calls.get(), 2);
         let stats = cache.stats();
         assert_eq!((stats.hits, stats.misses, stats.entries), (1, 2, 2));
@@ -297,9 +312,11 @@ mod tests {
         let many = CountCache::new(1 << 20);
         for round in 0..2 {
             // The first round misses (and repeats texts within the batch), the second hits.
-            let expected: Vec<u64> = texts.iter().map(|t| one.get_or_count(3, t, |t| t.len() as u64)).collect();
+            let expected: Vec<u64> =
+                texts.iter().map(|t| one.get_or_count(salt(3), text_key(t), t, |t| t.len() as u64)).collect();
             let calls = Cell::new(0);
-            let got = many.get_or_count_many(3, &texts, |t| {
+            let keys: Vec<TextKey> = texts.iter().map(|t| text_key(t)).collect();
+            let got = many.get_or_count_many(salt(3), &keys, &texts, |t| {
                 calls.set(calls.get() + 1);
                 t.len() as u64
             });
@@ -308,7 +325,8 @@ mod tests {
             assert_eq!(many.stats(), one.stats(), "round {round}");
         }
         many.configure(0);
-        assert_eq!(many.get_or_count_many(3, &["abc", "abc"], |t| t.len() as u64), vec![3, 3]);
+        let abc = text_key("abc");
+        assert_eq!(many.get_or_count_many(salt(3), &[abc, abc], &["abc", "abc"], |t| t.len() as u64), vec![3, 3]);
         assert_eq!(many.stats().entries, 0, "a zero bound stores nothing");
     }
 
@@ -316,18 +334,20 @@ mod tests {
     fn the_memory_bound_holds_and_drops_what_was_not_used() {
         let cache = CountCache::new(SHARDS * ENTRY_BYTES * 2); // two entries per shard
         for i in 0..1000 {
-            cache.get_or_count(7, &i.to_string(), |t| t.len() as u64);
+            let text = i.to_string();
+            cache.get_or_count(salt(7), text_key(&text), &text, |t| t.len() as u64);
         }
         assert!(cache.stats().entries <= SHARDS * 2);
         // A text in use survives any number of others passing through its shard.
         let big = CountCache::new(SHARDS * ENTRY_BYTES * 8);
         let calls = Cell::new(0);
         for i in 0..2000 {
-            big.get_or_count(7, "kept in use", |_| {
+            big.get_or_count(salt(7), text_key("kept in use"), "kept in use", |_| {
                 calls.set(calls.get() + 1);
                 1
             });
-            big.get_or_count(7, &i.to_string(), |t| t.len() as u64);
+            let text = i.to_string();
+            big.get_or_count(salt(7), text_key(&text), &text, |t| t.len() as u64);
         }
         assert_eq!(calls.get(), 1);
         assert!(big.stats().entries <= SHARDS * 8);
@@ -335,7 +355,7 @@ mod tests {
         assert_eq!(cache.stats().entries, 0);
         let calls = Cell::new(0);
         for _ in 0..3 {
-            cache.get_or_count(7, "x", |_| {
+            cache.get_or_count(salt(7), text_key("x"), "x", |_| {
                 calls.set(calls.get() + 1);
                 1
             });

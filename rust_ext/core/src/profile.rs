@@ -114,14 +114,14 @@ impl ProfileInfo {
 pub struct Profile {
     info: ProfileInfo,
     counter: Box<dyn TextCounter>,
-    /// Seeds the count cache's hash, so two profiles never share an entry.
-    cache_id: u64,
+    /// Mixed into the count cache's keys, so two profiles never share an entry.
+    salt: u128,
 }
 
 impl Profile {
     pub fn new(info: ProfileInfo, counter: Box<dyn TextCounter>) -> Profile {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        Profile { info, counter, cache_id: NEXT_ID.fetch_add(1, Ordering::Relaxed) }
+        Profile { info, counter, salt: cache::salt(NEXT_ID.fetch_add(1, Ordering::Relaxed)) }
     }
 
     pub fn name(&self) -> &str {
@@ -140,7 +140,7 @@ impl Profile {
         if text.is_empty() {
             0
         } else if self.counter.cacheable() {
-            cache::global().get_or_count(self.cache_id, text, |t| self.counter.count(t))
+            cache::global().get_or_count(self.salt, cache::text_key(text), text, |t| self.counter.count(t))
         } else {
             self.counter.count(text)
         }
@@ -153,7 +153,8 @@ impl Profile {
         if !self.uses_cache() || texts.iter().any(|t| t.is_empty()) {
             return texts.iter().map(|t| self.text_tokens(t)).collect();
         }
-        cache::global().get_or_count_many(self.cache_id, texts, |t| self.counter.count(t))
+        let keys: Vec<cache::TextKey> = texts.iter().map(|t| cache::text_key(t)).collect();
+        cache::global().get_or_count_many(self.salt, &keys, texts, |t| self.counter.count(t))
     }
 
     /// Whether counts go through the count cache (the counter is far slower than hashing).
