@@ -204,6 +204,9 @@ impl From<usize> for CharCap {
 
 /// Keys that name the call a tool result answers, all equal.
 const RESULT_ID_KEYS: [&str; 5] = ["toolCallId", "tool_call_id", "callId", "call_id", "tool_use_id"];
+/// `call_id`'s place in `RESULT_ID_KEYS`: on a Responses `function_call` item it names the call
+/// the item issues, not one it answers.
+const CALL_ID: usize = 3;
 
 /// Parses a whole request. Ids must be unique; blocks over their `cap` are cut.
 /// `list_name` names the list in field paths (`blocks`).
@@ -413,14 +416,21 @@ fn cut_pieces(pieces: &mut [String], max_chars: usize) {
 
 /// Binds each named entry of object `obj` to a local `Option` in one pass over its entries
 /// (a `match` on the key, not a scan of a key list); null counts as missing.
+/// Binds each named field of an object (None when absent or null), in one pass over its entries;
+/// `, ids: KEYS` also binds `ids`, an array of the values of the keys in `KEYS` (in its order).
 macro_rules! read_fields {
-    ($obj:expr, { $($name:ident: $key:literal),* $(,)? }) => {
+    ($obj:expr, { $($name:ident: $key:literal),* $(,)? } $(, $ids:ident: $keys:expr)?) => {
         $(let mut $name = None;)*
+        $(let mut $ids: [Option<_>; $keys.len()] = Default::default();)?
         $obj.for_each_entry(&mut |key, value| {
             if !value.is_null() {
                 match key {
                     $($key => $name = Some(value),)*
-                    _ => {}
+                    _ => {
+                        $(if let Some(at) = $keys.iter().position(|k| *k == key) {
+                            $ids[at] = Some(value);
+                        })?
+                    }
                 }
             }
         });
@@ -481,6 +491,13 @@ struct Places {
     reasoning: Vec<String>,
 }
 
+/// What a block's `meta` says besides the calls it answers.
+#[derive(Default)]
+struct Meta {
+    manual_excluded: bool,
+    reasoning_tokens: Option<u64>,
+}
+
 /// What reading content-like fields yields.
 #[derive(Default)]
 struct Parts {
@@ -500,59 +517,19 @@ impl Reader {
         self.violation(at, format!("must be {expected}, got {}", node.shape().type_name()));
     }
 
+    /// A block from its object, in stages: who (id, role, kind), what it says (content, reasoning,
+    /// calls), the calls it answers, its flags, its meta.
     fn block<N: Node>(&mut self, obj: &N, at: &Path) -> Block {
         read_fields!(obj, {
             id: "id", item_type: "type", role: "role", kind: "kind", content: "content", summary: "summary",
             output: "output", tool_calls: "tool_calls", pinned: "pinned", mandatory: "mandatory",
             injected: "injected", relevance: "relevance", meta: "meta", name: "name", arguments: "arguments",
-            r0: "toolCallId", r1: "tool_call_id", r2: "callId", r3: "call_id", r4: "tool_use_id",
             reasoning_content: "reasoning_content", reasoning: "reasoning", encrypted: "encrypted_content",
-        });
-        let id = match self.string(id.as_ref(), &at.key("id")) {
-            Some("") => {
-                self.violation(&at.key("id"), "must not be empty");
-                String::new()
-            }
-            Some(id) => id.to_owned(),
-            None => format!("#{}", self.index),
-        };
+        }, answered: RESULT_ID_KEYS);
+        let id = self.block_id(id.as_ref(), at);
         let item_type = self.string(item_type.as_ref(), &at.key("type"));
-        let implied_role = match item_type {
-            Some("function_call") | Some("reasoning") => Some(Role::Assistant),
-            Some("function_call_output") => Some(Role::Tool),
-            _ => None,
-        };
-        let role_given = role.is_some();
-        let role = match self.string(role.as_ref(), &at.key("role")) {
-            Some(name) => Role::parse(name).unwrap_or_else(|| {
-                self.violation(
-                    &at.key("role"),
-                    format!("unknown role {name:?} (expected system, developer, user, assistant or tool)"),
-                );
-                Role::User
-            }),
-            // A role of the wrong type is already reported.
-            None if role_given => Role::User,
-            None => implied_role.unwrap_or_else(|| {
-                match item_type {
-                    None | Some("message") => self.violation(&at.key("role"), "missing"),
-                    Some(other) => self.violation(&at.key("type"), format!("unknown item type {other:?} and no role")),
-                }
-                Role::User
-            }),
-        };
-        let kind = match self.string(kind.as_ref(), &at.key("kind")) {
-            Some(name) => Kind::parse(name).unwrap_or_else(|| {
-                self.violation(
-                    &at.key("kind"),
-                    format!(
-                        "unknown kind {name:?} (expected system, character, persona, lorebook, memory, summary or message)"
-                    ),
-                );
-                Kind::Message
-            }),
-            None => Kind::Message,
-        };
+        let role = self.role(role.as_ref(), item_type, at);
+        let kind = self.kind(kind.as_ref(), at);
 
         let mut parts = Parts::default();
         self.reasoning_fields(reasoning_content.as_ref(), reasoning.as_ref(), at, &mut parts);
@@ -564,20 +541,10 @@ impl Reader {
         if item_type == Some("function_call_output") {
             self.content(output.as_ref(), &at.key("output"), &mut parts);
         }
-        let result_ids = [r0, r1, r2, r3, r4];
-        // `call_id` on a function_call item is the call it issues, not one it answers.
         let issues_call_id = item_type == Some("function_call");
         if issues_call_id {
-            if let Some(call_id) = self.required_id(result_ids[3].as_ref(), &at.key("call_id")) {
-                let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
-                let arguments_at = at.key("arguments");
-                let text = self.arguments(arguments.as_ref(), &arguments_at);
-                self.call(
-                    &mut parts.calls,
-                    ToolCall { id: call_id, name, arguments: text },
-                    arguments.map(|_| &arguments_at),
-                );
-            }
+            let call_id = answered[CALL_ID].take();
+            self.issued_call(call_id.as_ref(), name.as_ref(), arguments.as_ref(), at, &mut parts.calls);
         }
         self.tool_calls(tool_calls.as_ref(), &at.key("tool_calls"), &mut parts.calls);
 
@@ -585,35 +552,8 @@ impl Reader {
         let mandatory = self.flag(mandatory.as_ref(), &at.key("mandatory"));
         let injected = self.flag(injected.as_ref(), &at.key("injected"));
         let relevance = self.relevance(relevance.as_ref(), &at.key("relevance"));
-
-        for (key, value) in RESULT_ID_KEYS.iter().zip(&result_ids) {
-            if issues_call_id && *key == "call_id" {
-                continue;
-            }
-            if let Some(value) = value {
-                parts.result_ids.extend(self.required_id(Some(value), &at.key(key)));
-            }
-        }
-        let mut manual_excluded = false;
-        let mut reasoning_tokens = None;
-        if let Some(meta) = meta {
-            let meta_at = at.key("meta");
-            if matches!(meta.shape(), Shape::Object) {
-                read_fields!(meta, {
-                    m0: "toolCallId", m1: "tool_call_id", m2: "callId", m3: "call_id", m4: "tool_use_id",
-                    manual: "manualExcluded", reported: "reasoning_tokens",
-                });
-                manual_excluded = self.flag(manual.as_ref(), &meta_at.key("manualExcluded"));
-                reasoning_tokens = self.size(reported.as_ref(), &meta_at.key("reasoning_tokens"));
-                for (key, value) in RESULT_ID_KEYS.iter().zip(&[m0, m1, m2, m3, m4]) {
-                    if let Some(value) = value {
-                        parts.result_ids.extend(self.required_id(Some(value), &meta_at.key(key)));
-                    }
-                }
-            } else {
-                self.wrong_type(&meta_at, "an object", &meta);
-            }
-        }
+        self.answered_ids(&answered, at, &mut parts.result_ids);
+        let meta = self.meta(meta.as_ref(), at, &mut parts.result_ids);
 
         // A participant name is lenient: only a string is one, and nothing else is an error, so the
         // blocks that parsed before names were counted still parse.
@@ -634,10 +574,109 @@ impl Reader {
             mandatory,
             injected,
             relevance,
-            manual_excluded,
+            manual_excluded: meta.manual_excluded,
             reasoning: parts.reasoning,
-            reasoning_tokens,
+            reasoning_tokens: meta.reasoning_tokens,
         }
+    }
+
+    /// A block's id: given (a non-empty string), else `#<index>`.
+    fn block_id<N: Node>(&mut self, node: Option<&N>, at: &Path) -> String {
+        match self.string(node, &at.key("id")) {
+            Some("") => {
+                self.violation(&at.key("id"), "must not be empty");
+                String::new()
+            }
+            Some(id) => id.to_owned(),
+            None => format!("#{}", self.index),
+        }
+    }
+
+    /// A block's role: given, else implied by its Responses item `type`.
+    fn role<N: Node>(&mut self, node: Option<&N>, item_type: Option<&str>, at: &Path) -> Role {
+        let implied = match item_type {
+            Some("function_call") | Some("reasoning") => Some(Role::Assistant),
+            Some("function_call_output") => Some(Role::Tool),
+            _ => None,
+        };
+        let given = node.is_some();
+        match self.string(node, &at.key("role")) {
+            Some(name) => Role::parse(name).unwrap_or_else(|| {
+                self.violation(
+                    &at.key("role"),
+                    format!("unknown role {name:?} (expected system, developer, user, assistant or tool)"),
+                );
+                Role::User
+            }),
+            // A role of the wrong type is already reported.
+            None if given => Role::User,
+            None => implied.unwrap_or_else(|| {
+                match item_type {
+                    None | Some("message") => self.violation(&at.key("role"), "missing"),
+                    Some(other) => self.violation(&at.key("type"), format!("unknown item type {other:?} and no role")),
+                }
+                Role::User
+            }),
+        }
+    }
+
+    /// A block's kind, `message` when not given.
+    fn kind<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Kind {
+        match self.string(node, &at.key("kind")) {
+            Some(name) => Kind::parse(name).unwrap_or_else(|| {
+                self.violation(
+                    &at.key("kind"),
+                    format!(
+                        "unknown kind {name:?} (expected system, character, persona, lorebook, memory, summary or message)"
+                    ),
+                );
+                Kind::Message
+            }),
+            None => Kind::Message,
+        }
+    }
+
+    /// The call a Responses `function_call` item issues: its `call_id`, `name` and `arguments`.
+    fn issued_call<N: Node>(
+        &mut self,
+        call_id: Option<&N>,
+        name: Option<&N>,
+        arguments: Option<&N>,
+        at: &Path,
+        calls: &mut Vec<ToolCall>,
+    ) {
+        let Some(call_id) = self.required_id(call_id, &at.key("call_id")) else { return };
+        let name = self.string(name, &at.key("name")).unwrap_or("").to_owned();
+        let arguments_at = at.key("arguments");
+        let text = self.arguments(arguments, &arguments_at);
+        self.call(calls, ToolCall { id: call_id, name, arguments: text }, arguments.map(|_| &arguments_at));
+    }
+
+    /// The ids of the calls a block answers, under each of `RESULT_ID_KEYS` given.
+    fn answered_ids<N: Node>(&mut self, ids: &[Option<N>], at: &Path, result_ids: &mut Strings) {
+        for (key, value) in RESULT_ID_KEYS.iter().zip(ids) {
+            if let Some(value) = value {
+                result_ids.extend(self.required_id(Some(value), &at.key(key)));
+            }
+        }
+    }
+
+    /// A block's `meta`: the calls it answers (added to `result_ids`), `manualExcluded`, and the
+    /// reasoning tokens a provider reported.
+    fn meta<N: Node>(&mut self, meta: Option<&N>, at: &Path, result_ids: &mut Strings) -> Meta {
+        let Some(meta) = meta else { return Meta::default() };
+        let meta_at = at.key("meta");
+        if !matches!(meta.shape(), Shape::Object) {
+            self.wrong_type(&meta_at, "an object", meta);
+            return Meta::default();
+        }
+        read_fields!(meta, { manual: "manualExcluded", reported: "reasoning_tokens" }, answered: RESULT_ID_KEYS);
+        let read = Meta {
+            manual_excluded: self.flag(manual.as_ref(), &meta_at.key("manualExcluded")),
+            reasoning_tokens: self.size(reported.as_ref(), &meta_at.key("reasoning_tokens")),
+        };
+        self.answered_ids(&answered, &meta_at, result_ids);
+        read
     }
 
     /// A chat message's `reasoning_content` and `reasoning` (vLLM's newer name; its replies carry
