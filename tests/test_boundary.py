@@ -281,9 +281,9 @@ def test_per_block_sequences_are_made_once_and_read_only() -> None:
     # those loops quadratic (a 100k-block summarize took minutes). Each read is the same tuple.
     blocks = [{"role": "user", "content": f"turn {n}"} for n in range(4)]
     conversation = engine.Conversation(blocks, 50_000)
-    layout = conversation.layout([], True)
+    layout = conversation.layout([], protect_current_input=True)
     counts = conversation.count("heuristic")
-    plan = conversation.plan(counts, 10_000, [], True, True)
+    plan = conversation.plan(counts, budget=10_000)
     sequences = [(layout, name) for name in LAYOUT_FIELDS]
     sequences += [(counts, "tokens"), (plan, "kept"), (plan, "excluded")]
     for owner, name in sequences:

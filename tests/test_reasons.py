@@ -32,10 +32,12 @@ def test_codes_compare_and_serialize_as_the_strings_they_are() -> None:
 def test_the_core_refuses_a_code_it_does_not_know() -> None:
     conversation = contextshift.engine.Conversation([{"role": "user", "content": "u"}], 50_000, None)
     counts = conversation.count("heuristic")
-    plan = conversation.plan(counts, 100, [], False, True, forced=[(0, Reason.MANUAL_EXCLUDED)])
+    plan = conversation.plan(
+        counts, budget=100, protect_current_input=False, forced=[(0, Reason.MANUAL_EXCLUDED)]
+    )
     assert plan.excluded_decisions[0].reason == Reason.MANUAL_EXCLUDED
     try:
-        conversation.plan(counts, 100, [], False, True, forced=[(0, "NOT_A_REASON")])  # type: ignore[list-item]
+        conversation.plan(counts, budget=100, protect_current_input=False, forced=[(0, "NOT_A_REASON")])  # type: ignore[list-item]
     except ValueError as e:
         assert "unknown reason" in str(e)
     else:

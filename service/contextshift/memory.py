@@ -75,7 +75,7 @@ class _Layout:
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self.conversation = engine.Conversation(messages, _NO_CAP)
-        layout = self.conversation.layout([], False)
+        layout = self.conversation.layout([], protect_current_input=False)
         self.roles = layout.roles
         self.groups = layout.groups
 

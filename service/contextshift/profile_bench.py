@@ -224,10 +224,12 @@ def run(
     throughput = []
     for info in infos:
         name = info.profile
-        counts[name] = engine.count_texts_uncached(data.texts, name, False)  # untimed: warms the tokenizer
+        counts[name] = engine.count_texts_uncached(
+            data.texts, name, as_batch=False
+        )  # untimed: warms the tokenizer
         seconds = {
             as_batch: _best_seconds(
-                lambda b=as_batch, n=name: engine.count_texts_uncached(data.texts, n, b),
+                lambda b=as_batch, n=name: engine.count_texts_uncached(data.texts, n, as_batch=b),
                 time.perf_counter() + deadline_step,
             )
             for as_batch in (False, True)

@@ -115,6 +115,21 @@ fn union(parent: &mut [usize], a: usize, b: usize) {
     }
 }
 
+/// Where each tool-use turn begins: a run of consecutive assistant blocks (one response's items,
+/// or one message) of which some block calls a tool.
+pub fn tool_use_turns(blocks: &[Block]) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let run = blocks[i..].iter().take_while(|b| b.role == Role::Assistant).count();
+        if blocks[i..i + run].iter().any(|b| !b.calls.is_empty()) {
+            starts.push(i);
+        }
+        i += run.max(1);
+    }
+    starts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +138,21 @@ mod tests {
 
     fn groups(values: serde_json::Value) -> Groups {
         Groups::build(&parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks)
+    }
+
+    #[test]
+    fn a_tool_use_turn_is_a_run_of_assistant_blocks_that_calls_a_tool() {
+        let values = json!([
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "thinking"},
+            {"role": "assistant", "tool_calls": [{"id": "a"}]},
+            {"role": "tool", "tool_call_id": "a"},
+            {"role": "assistant", "content": "no call"},
+            {"role": "user", "content": "again"},
+            {"type": "function_call", "call_id": "b", "name": "f", "arguments": "{}"}
+        ]);
+        let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        assert_eq!(tool_use_turns(&blocks), [1, 6]);
     }
 
     #[test]

@@ -173,7 +173,7 @@ def _split_groups(messages: Sequence[Mapping[str, Any]], ids: Sequence[str], dro
     if not dropped:
         return []
     named = [{**m, "id": block_id} for m, block_id in zip(messages, ids, strict=True)]
-    groups = engine.Conversation(named, sys.maxsize).layout([], False).groups
+    groups = engine.Conversation(named, sys.maxsize).layout([], protect_current_input=False).groups
     broken = {groups[k] for k, block_id in enumerate(ids) if block_id in dropped}
     return [block_id for k, block_id in enumerate(ids) if groups[k] in broken and block_id not in dropped]
 
@@ -221,7 +221,11 @@ class _Replanner:
         # would protect them again.
         unpinned = [k for k, block_id in enumerate(message_ids) if block_id in self._unpinned_ids]
         plan = conversation.plan(
-            counts, self._budget, unpinned, opts.protect_current_input, opts.start_on_user
+            counts,
+            budget=self._budget,
+            unpinned=unpinned,
+            protect_current_input=opts.protect_current_input,
+            start_on_user=opts.start_on_user,
         )
         self._accepted = (conversation, counts, plan)
 

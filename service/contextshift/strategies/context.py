@@ -148,7 +148,9 @@ class StrategyContext:
 
     @functools.cached_property
     def layout(self) -> engine.Layout:
-        return self.conversation.layout(self.unpinned, self.options.protect_current_input)
+        return self.conversation.layout(
+            self.unpinned, protect_current_input=self.options.protect_current_input
+        )
 
     @functools.cached_property
     def current_input(self) -> int | None:
@@ -187,10 +189,10 @@ class StrategyContext:
         def core(limit: int, goal: int) -> engine.Plan:
             return self.conversation.plan(
                 counts,
-                limit,
-                self.unpinned,
-                self.options.protect_current_input,
-                self.options.start_on_user,
+                budget=limit,
+                unpinned=self.unpinned,
+                protect_current_input=self.options.protect_current_input,
+                start_on_user=self.options.start_on_user,
                 target=goal,
                 forced=forced,
                 ranked=ranked,

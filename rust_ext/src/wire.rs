@@ -1,0 +1,54 @@
+//! Protobuf wire helpers for the servicer: one field split off a message, and a reply encoded from
+//! pieces in one copy.
+
+use crate::boundary::{guarded, InternalError};
+use contextshift_core::wire;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// The encoded protobuf `message` without its length-delimited field `field_number`, and that
+/// field's payload (None when absent): a large string field is taken out as bytes before the
+/// rest is parsed. ValueError, naming the byte offset, when the message's framing is broken.
+#[pyfunction]
+pub(crate) fn split_message_field<'py>(
+    py: Python<'py>,
+    message: &[u8],
+    field_number: u32,
+) -> PyResult<(Bound<'py, PyBytes>, Option<Bound<'py, PyBytes>>)> {
+    guarded(|| {
+        let split = wire::split_field(message, field_number).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok((PyBytes::new(py, &split.rest), split.value.map(|value| PyBytes::new(py, value))))
+    })
+}
+
+/// A piece of an encoded message as Python gives it: bytes, or `(field_number, [pieces])`.
+#[derive(FromPyObject)]
+pub(crate) enum PyPiece<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Field(u32, Vec<PyPiece<'py>>),
+}
+
+impl PyPiece<'_> {
+    pub(crate) fn borrow(&self) -> wire::Piece<'_> {
+        match self {
+            PyPiece::Bytes(bytes) => wire::Piece::Bytes(bytes.as_bytes()),
+            PyPiece::Field(field, pieces) => wire::Piece::Field(*field, pieces.iter().map(PyPiece::borrow).collect()),
+        }
+    }
+}
+
+/// Encodes `pieces` in order (bytes as they are, `(field_number, [pieces])` as a length-delimited
+/// field of them) straight into one bytes object: nested reply fields around a large payload
+/// cost one copy of it, not one per level.
+#[pyfunction]
+pub(crate) fn encode_pieces<'py>(py: Python<'py>, pieces: Vec<PyPiece<'py>>) -> PyResult<Bound<'py, PyBytes>> {
+    let pieces: Vec<wire::Piece<'_>> = pieces.iter().map(PyPiece::borrow).collect();
+    let len = pieces.iter().map(wire::Piece::len).sum();
+    PyBytes::new_with(py, len, |mut buffer| {
+        for piece in &pieces {
+            piece.write(&mut buffer).map_err(|e| InternalError::new_err(format!("encoding a reply: {e}")))?;
+        }
+        Ok(())
+    })
+}
