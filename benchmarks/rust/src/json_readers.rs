@@ -9,7 +9,7 @@
 
 mod serde_tape;
 
-use contextshift_core::json_doc::{parse_json_blocks, read_blocks, read_blocks_precise};
+use contextshift_core::json_doc::{parse_json_blocks, read_blocks};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::hint::black_box;
@@ -50,11 +50,8 @@ fn median_seconds(f: &mut dyn FnMut(), samples: usize, sample: Duration) -> f64 
 type Contender = (&'static str, fn(&str));
 
 const CONTENDERS: &[Contender] = &[
-    ("contextshift: its reader onto a tape, with spans (structural)", |text| {
+    ("contextshift: its own reader onto a tape, with spans", |text| {
         black_box(read_blocks(text).expect("valid"));
-    }),
-    ("contextshift: the same, byte by byte (the precise reader)", |text| {
-        black_box(read_blocks_precise(text).expect("valid"));
     }),
     ("serde_json onto the same tape, with spans (serde_tape.rs)", |text| {
         black_box(serde_tape::read(text).expect("valid"));

@@ -19,7 +19,7 @@ pub fn parse_json_tools(text: &str, field: &str) -> Result<Vec<Tool>, Vec<Violat
         vec![Violation { index: 0, field: field.to_owned(), description: format!("not a JSON array of tools: {e}") }]
     })?;
     let nodes: Vec<TapeNode> = document.elements.iter().map(|&at| TapeNode { tape: &document.tape, at }).collect();
-    let repeated = repeated_keys(&nodes, &document.tape.repeated, field);
+    let repeated = repeated_keys(&nodes, &document.repeated, field);
     match parse_tools(&nodes, field) {
         Ok(tools) if repeated.is_empty() => Ok(tools),
         Ok(_) => Err(repeated),
