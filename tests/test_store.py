@@ -6,6 +6,7 @@ cannot serve."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import re
@@ -13,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,10 @@ from contextshift.audit import default_url, open_store
 from contextshift.audit.migrations import LATEST
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import (
+    UNCHECKED,
     AlreadyFinished,
+    AuditChanged,
+    AuditKey,
     Finished,
     Generation,
     GenerationIdInUse,
@@ -32,12 +37,15 @@ from contextshift.audit.store import (
     NotFound,
     Report,
     Role,
+    ShiftRecord,
     StaleGeneration,
     Status,
     Store,
     StoreConfigError,
+    StoredAudit,
     StoredBlock,
     StoreUnavailable,
+    audit_key,
     now_ms,
 )
 from contextshift.calibration import ALPHA, Calibration
@@ -191,6 +199,147 @@ def test_concurrent_reports_are_counted_once_per_generation_and_none_is_lost(sto
     assert sorted(recorded) == [False] * 8 + [True] * 8
     calibration = store.calibration("", "m")
     assert calibration is not None and calibration.samples == 8
+
+
+# --- group commit -------------------------------------------------------------------------------
+
+
+def made_on(g: Generation) -> AuditKey:
+    return audit_key(g)
+
+
+def group_transactions(store: Store) -> list[int]:
+    """The transactions `record_shifts` runs from now on: how many records went into each try."""
+    counted: list[int] = []
+    run = store._run_group  # type: ignore[attr-defined]
+
+    def counting(work: functools.partial[Any]) -> Any:
+        counted.append(len(work.args[0]))
+        return run(work)
+
+    store._run_group = counting  # type: ignore[attr-defined]
+    return counted
+
+
+def test_a_group_of_records_is_stored_in_one_transaction(store: Store) -> None:
+    records = [ShiftRecord("", generation(f"g{i}", chat_id=f"c{i}"), f"audit-{i}".encode()) for i in range(5)]
+    records.append(ShiftRecord("", generation("chatless", chat_id=""), None))
+    transactions = group_transactions(store)
+    assert store.record_shifts(records) == [None] * 6
+    assert transactions == [6]
+    for i in range(5):
+        stored = store.audit("", f"c{i}")
+        assert stored is not None and stored.payload == f"audit-{i}".encode()
+    assert finish(store, "chatless", reported_prompt_tokens=150).calibration_recorded
+
+
+def test_a_record_is_stored_only_while_its_chat_has_the_audit_it_was_made_on(store: Store) -> None:
+    first = generation("g1")
+    assert store.record_shifts([ShiftRecord("", first, b"audit-1", None)]) == [None]  # none, as made on
+    # Made on none, but the chat has an audit now: nothing stored, and the audit it has handed back.
+    (changed,) = store.record_shifts([ShiftRecord("", generation("late"), b"late", None)])
+    assert isinstance(changed, AuditChanged) and changed.current is not None
+    assert (changed.current.payload, made_on(changed.current.generation)) == (b"audit-1", made_on(first))
+    with pytest.raises(NotFound):
+        finish(store, "late")  # not even its generation
+    second = generation("g2")
+    assert store.record_shifts([ShiftRecord("", second, b"audit-2", made_on(first))]) == [None]
+    (changed,) = store.record_shifts([ShiftRecord("", generation("g3"), b"audit-3", made_on(first))])
+    assert isinstance(changed, AuditChanged) and changed.current is not None
+    assert changed.current.payload == b"audit-2"
+    # A generation id the chat used again is another audit (its time says so).
+    again = replace(second, created_ms=second.created_ms + 1)
+    store.record_shift("", again, b"audit-2-again")
+    (changed,) = store.record_shifts([ShiftRecord("", generation("g4"), b"audit-4", made_on(second))])
+    assert isinstance(changed, AuditChanged)
+    # Finished is still the same audit; deleted is none.
+    finish(store, "g2")
+    assert store.record_shifts([ShiftRecord("", generation("g5"), b"audit-5", made_on(again))]) == [None]
+    store.delete_chat("", "c1")
+    (changed,) = store.record_shifts([ShiftRecord("", generation("g6"), b"audit-6", made_on(again))])
+    assert isinstance(changed, AuditChanged) and changed.current is None
+    # Unchecked: the last write wins.
+    assert store.record_shifts([ShiftRecord("", generation("g7"), b"audit-7", UNCHECKED)]) == [None]
+    stored = store.audit("", "c1")
+    assert stored is not None and stored.payload == b"audit-7"
+
+
+def test_records_of_one_chat_in_a_group_follow_each_other(store: Store) -> None:
+    base, first, second, third = (generation(f"g{i}") for i in range(4))
+    store.record_shift("", base, b"audit-0")
+    outcomes = store.record_shifts(
+        [
+            ShiftRecord("", first, b"audit-1", made_on(base)),
+            ShiftRecord("", second, b"audit-2", made_on(base)),  # made on the audit the first replaced
+            ShiftRecord("", third, b"audit-3", made_on(first)),
+        ]
+    )
+    assert outcomes[0] is None and outcomes[2] is None
+    changed = outcomes[1]
+    assert isinstance(changed, AuditChanged) and changed.current == StoredAudit(b"audit-1", first)
+    stored = store.audit("", "c1")
+    assert stored is not None and stored.payload == b"audit-3"
+    with pytest.raises(NotFound):
+        finish(store, "g2")
+
+
+def test_a_record_that_cannot_be_stored_leaves_its_group_stored(store: Store) -> None:
+    store.record_shift("", generation("taken", chat_id="other"), b"audit")
+    outcomes = store.record_shifts(
+        [
+            ShiftRecord("", generation("ok-1", chat_id="a"), b"audit-a"),
+            ShiftRecord("", generation("taken", chat_id="b"), b"audit-b"),
+            ShiftRecord("", generation("ok-2", chat_id="c"), b"audit-c"),
+        ]
+    )
+    assert outcomes[0] is None and isinstance(outcomes[1], GenerationIdInUse) and outcomes[2] is None
+    assert store.audit("", "b") is None
+    assert [store.audit("", chat) is not None for chat in "ac"] == [True, True]
+
+
+def test_concurrent_writers_never_both_replace_one_audit(store: Store, url: str) -> None:
+    """Writers in threads over two store objects (two processes' connections): each shifts chats
+    against the audit it last saw, as a worker does. Of the records made on one audit, at most one
+    is stored: no update is lost, whoever commits first."""
+    stores = [open_store(url), open_store(url)]
+    stored: list[ShiftRecord] = []
+    changed = 0
+    lock = threading.Lock()
+
+    def writer(n: int) -> None:
+        nonlocal changed
+        store = stores[n % 2]
+        seen: dict[str, AuditKey | None] = {}
+        for op in range(30):
+            chat_id = f"c{(n + op) % 3}"
+            g = generation(f"w{n}-{op}", chat_id=chat_id)
+            group = [ShiftRecord("", g, g.generation_id.encode(), seen.get(chat_id))]
+            (outcome,) = store.record_shifts(group)
+            with lock:
+                if outcome is None:
+                    stored.append(group[0])
+                    seen[chat_id] = made_on(g)
+                else:
+                    assert isinstance(outcome, AuditChanged), outcome
+                    changed += 1
+                    current = outcome.current
+                    seen[chat_id] = made_on(current.generation) if current else None
+
+    try:
+        threads(8, writer)
+        assert changed > 0, "no write ever found its chat changed: the test exercised nothing"
+        for chat_id in ("c0", "c1", "c2"):
+            records = {r.made_on: r for r in stored if r.generation.chat_id == chat_id}
+            assert len(records) == sum(r.generation.chat_id == chat_id for r in stored)  # one per audit
+            # So the chat's audits follow each other from none to the one it has, every one stored.
+            at: AuditKey | None = None
+            for _ in records:
+                at = made_on(records[at].generation)
+            current = stores[0].audit("", chat_id)
+            assert current is not None and made_on(current.generation) == at
+    finally:
+        for opened in stores:
+            opened.close()
 
 
 # --- tenants ------------------------------------------------------------------------------------

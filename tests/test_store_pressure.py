@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from postgres_cluster import running_cluster
-from test_store import BACKENDS, generation, store_url, threads
+from test_store import BACKENDS, generation, group_transactions, store_url, threads
 
 from contextshift.audit import migrations, open_store, sql
 from contextshift.audit.sqlite import HEADROOM_PAGES, UNLIMITED_PAGES, SqliteStore
@@ -24,6 +24,7 @@ from contextshift.audit.store import (
     FullCause,
     Generation,
     Report,
+    ShiftRecord,
     Status,
     Store,
     StoredBlock,
@@ -103,6 +104,49 @@ def test_a_full_store_refuses_new_data_whole_and_still_reads_reports_and_deletes
     # The deletion made room for one more audit of the same size, and no more.
     store.record_shift("", generation("after", chat_id="after"), audit_bytes())
     assert fill(store, "more") == 0
+
+
+def test_a_group_on_a_full_store_refuses_only_the_records_that_do_not_fit(
+    limited: Callable[[int], Store],
+) -> None:
+    store = limited(2 * AUDIT_BYTES + AUDIT_BYTES // 2)
+    sizes = [AUDIT_BYTES, AUDIT_BYTES, AUDIT_BYTES, AUDIT_BYTES // 4]
+    records = [
+        ShiftRecord("", generation(f"g{i}", chat_id=f"c{i}"), audit_bytes(size))
+        for i, size in enumerate(sizes)
+    ]
+    outcomes = store.record_shifts(records)  # one transaction: the claims add up
+    assert outcomes[0] is None and outcomes[1] is None and outcomes[3] is None
+    refused = outcomes[2]
+    assert isinstance(refused, StoreFull) and refused.cause is FullCause.MAX_STORE_BYTES
+    assert [store.audit("", f"c{i}") is not None for i in range(4)] == [True, True, False, True]
+
+
+def test_sqlite_a_group_sqlite_refuses_whole_is_stored_again_record_by_record(tmp_path: Path) -> None:
+    """Records that claim what their data takes, while SQLite's pages for them take more (each
+    audit's overflow pages and index entries): a group of them all passes its claims, then runs
+    past the page limit SQLite holds near the store's limit (SQLITE_FULL, which rolls back the
+    whole transaction). Then each record is stored alone: those that fit are, the rest refused."""
+    path = tmp_path / "store.db"
+    SqliteStore(path).migrate()
+    payload = 4200  # one overflow page each, mostly empty
+    count = 200
+    store = SqliteStore(path, max_bytes=SqliteStore(path).usage().data_bytes + count * payload + 8192)
+    tried = group_transactions(store)
+    records = [
+        ShiftRecord("", generation(f"g{i}", chat_id=f"c{i}"), audit_bytes(payload)) for i in range(count)
+    ]
+    outcomes = store.record_shifts(records)
+    assert tried == [count] + [1] * count  # the group failed whole, then each alone
+    stored = [i for i, outcome in enumerate(outcomes) if outcome is None]
+    assert 0 < len(stored) < count
+    for i, outcome in enumerate(outcomes):
+        assert outcome is None or (
+            isinstance(outcome, StoreFull) and outcome.cause is FullCause.MAX_STORE_BYTES
+        )
+        assert (store.audit("", f"c{i}") is not None) == (outcome is None)
+    assert store.problems() == []
+    store.close()
 
 
 def test_usage_counts_the_data_and_the_chats(url: str) -> None:

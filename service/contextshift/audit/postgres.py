@@ -36,9 +36,9 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors
@@ -46,14 +46,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from contextshift.audit import redacted
 from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
-from contextshift.audit.store import (
-    CLAIM_SLACK_BYTES,
-    FullCause,
-    Generation,
-    GenerationIdInUse,
-    StoreFull,
-    StoreUnavailable,
-)
+from contextshift.audit.store import CLAIM_SLACK_BYTES, FullCause, ShiftRecord, StoreFull, StoreUnavailable
 
 T = TypeVar("T")
 
@@ -116,24 +109,33 @@ class _Outage:
 
 class _Tx:
     def __init__(self, connection: psycopg.Connection[Row], claim: Callable[[_Tx, int], None]) -> None:
-        self._connection = connection
+        self.connection = connection
         self._claim = claim
+        self.used: int | None = None  # the store's data as the first claim read it
+        self.claimed = 0  # bytes claimed since
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return self._connection.execute(_sql(sql), params).fetchall()
+        return self.connection.execute(_sql(sql), params).fetchall()
 
     def locked(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.rows(sql + " FOR UPDATE", params)
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int:
-        return self._connection.execute(_sql(sql), params).rowcount
+        return self.connection.execute(_sql(sql), params).rowcount
 
     def run_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         if params:
-            self._connection.cursor().executemany(_sql(sql), params)
+            self.connection.cursor().executemany(_sql(sql), params)
 
     def lock(self, key: str) -> None:
-        self.rows("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
+        self.lock_all([key])
+
+    def lock_all(self, keys: Sequence[str]) -> None:
+        if keys:  # one statement: the function runs on the array's elements in order
+            self.rows(
+                "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(?::text[]) AS k",
+                (list(keys),),
+            )
 
     def claim(self, nbytes: int) -> None:
         self._claim(self, nbytes)
@@ -247,9 +249,11 @@ class PostgresStore(SqlStore):
     def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
         return self._on_connection(lambda tx: tx.rows(sql, params), transaction=False)
 
-    def _on_connection(self, work: Callable[[Tx], T], *, transaction: bool) -> T:
-        """`work` on a pooled connection, in a transaction or (one statement) in autocommit;
-        retried when it loses a deadlock or a serialization conflict."""
+    def _on_connection(self, work: Callable[[Tx], T], *, transaction: bool, pipeline: bool = False) -> T:
+        """`work` on a pooled connection, in a transaction or (one statement) in autocommit, in
+        pipeline mode if asked (statements go out as they come, and wait for their results only
+        when one is read or the pipeline synced); retried when it loses a deadlock or a
+        serialization conflict."""
         pool = self._connections()
         for attempt in range(RETRIES):
             try:
@@ -258,7 +262,7 @@ class PostgresStore(SqlStore):
                     try:
                         if not transaction:
                             return work(tx)
-                        with connection.transaction():
+                        with connection.pipeline() if pipeline else nullcontext(), connection.transaction():
                             return work(tx)
                     except psycopg.OperationalError:
                         if connection.broken:  # the database may be gone: see `_live_connection`
@@ -302,7 +306,9 @@ class PostgresStore(SqlStore):
     def _claim(self, tx: _Tx, nbytes: int) -> None:
         if self._max_bytes is None:
             return
-        used = self._data_bytes(tx)
+        if tx.used is None:  # read once: what this transaction writes is added up here
+            tx.used = self._data_bytes(tx)
+        used = tx.used + tx.claimed
         if used + nbytes - CLAIM_SLACK_BYTES > self._max_bytes:
             raise StoreFull(
                 self.description,
@@ -310,18 +316,31 @@ class PostgresStore(SqlStore):
                 f"its audits and history take {used / 2**20:.1f} MiB of max_store_bytes "
                 f"{self._max_bytes / 2**20:.1f} MiB; this write needs {nbytes} bytes more",
             )
+        tx.claimed += nbytes
 
     def _data_bytes(self, tx: Tx) -> int:
         ((used,),) = tx.rows("SELECT COALESCE(SUM(bytes), 0) FROM store_usage")
         return int(used)
 
-    def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
-        if audit is None or self._max_bytes is not None:  # a transaction that claims its room first
-            super().record_shift(tenant, generation, audit)
-            return
-        params = (*generation_params(tenant, generation), tenant, generation.chat_id, audit)
-        if not self._on_connection(lambda tx: tx.run(RECORD_SHIFT, params), transaction=False):
-            raise GenerationIdInUse(generation.generation_id)
+    def _run_group(self, work: Callable[[Tx], T]) -> T:
+        # In pipeline mode: BEGIN, the locks and the read of the chats' audits go in one round
+        # trip, every record's write in the next (`_write_shifts`), then COMMIT.
+        return self._on_connection(work, transaction=True, pipeline=True)
+
+    def _write_shifts(self, tx: Tx, records: Sequence[ShiftRecord]) -> list[bool]:
+        connection = cast(_Tx, tx).connection
+        written = [
+            connection.execute(_sql(RECORD_GENERATION), generation_params(r.tenant, r.generation))
+            if r.audit is None
+            else connection.execute(
+                _sql(RECORD_SHIFT),
+                (*generation_params(r.tenant, r.generation), r.tenant, r.generation.chat_id, r.audit),
+            )
+            for r in records
+        ]
+        with connection.pipeline() as pipeline:  # the group's own (see `_run_group`)
+            pipeline.sync()
+        return [cursor.rowcount > 0 for cursor in written]
 
     def close(self) -> None:
         with self._lock:

@@ -4,11 +4,12 @@ A backend gives `_run(work, write)`: it runs `work(tx)` in one transaction (a wr
 holds the write lock from its first statement: SQLite `BEGIN IMMEDIATE`; PostgreSQL locks the rows
 `tx.locked` reads) and commits, or rolls back when `work` raises. Statements use `?` placeholders.
 A write that adds data claims room for it first (`tx.claim`), which the backend grants or refuses
-(`StoreFull`) from what it knows of its size and its disk.
+(`StoreFull`) from what it knows of its size and its disk; the claims of one transaction add up.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -17,7 +18,10 @@ from typing import Any, Protocol, TypeVar
 from contextshift import calibration
 from contextshift.audit.migrations import LATEST, MIGRATIONS, SCHEMA_TABLE
 from contextshift.audit.store import (
+    UNCHECKED,
     AlreadyFinished,
+    AuditChanged,
+    AuditKey,
     Finished,
     Generation,
     GenerationIdInUse,
@@ -26,12 +30,17 @@ from contextshift.audit.store import (
     PrepareBlocks,
     Report,
     Role,
+    ShiftRecord,
     StaleGeneration,
     Status,
     StoreConfigError,
     StoredAudit,
     StoredBlock,
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
     Usage,
+    audit_key,
     now_ms,
 )
 from contextshift.calibration import Calibration
@@ -78,6 +87,12 @@ _AUDIT = (
     f"SELECT a.payload, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
 )
+# The chats' audits as they are: which generation each is, for `ShiftRecord.made_on`; `{}` is a
+# list of `(?, ?)`, one per chat.
+_CURRENT_AUDITS = (
+    "SELECT a.tenant, a.chat_id, g.generation_id, g.created_ms FROM audits a JOIN generations g "
+    "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE (a.tenant, a.chat_id) IN (VALUES {})"
+)
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
 # The room a shift's generation claims without an audit: one row.
 GENERATION_BYTES = 128
@@ -119,9 +134,13 @@ class Tx(Protocol):
         transaction holds the whole database already)."""
         ...
 
+    def lock_all(self, keys: Sequence[str]) -> None:
+        """`lock` of each key, in the order given (the same order in every transaction: sorted)."""
+        ...
+
     def claim(self, nbytes: int) -> None:
-        """Room for `nbytes` more bytes of data in this write, or `StoreFull` (the transaction
-        then rolls back whole)."""
+        """Room for `nbytes` more bytes of data in this write, on top of what it claimed before,
+        or `StoreFull` (nothing of it is granted; the caller may write no more, or roll back)."""
         ...
 
 
@@ -138,6 +157,10 @@ def _generation(row: Row) -> Generation:
         reported_prompt_tokens=row[8],
         finished_ms=row[9],
     )
+
+
+def _stored_audit(rows: list[Row]) -> StoredAudit | None:
+    return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
 
 
 def _config(row: Row) -> ModelConfig:
@@ -289,19 +312,88 @@ class SqlStore(ABC):
         return [StoredBlock(text, tokens) for text, tokens in rows]
 
     def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
-        g = generation
+        (outcome,) = self.record_shifts([ShiftRecord(tenant, generation, audit)])
+        if outcome is not None:
+            raise outcome
 
-        def work(tx: Tx) -> None:
-            tx.claim(GENERATION_BYTES if audit is None else len(audit))
-            if not tx.run(RECORD_GENERATION, generation_params(tenant, g)):
-                raise GenerationIdInUse(g.generation_id)
-            if audit is not None:
+    def _run_group(self, work: Callable[[Tx], T]) -> T:
+        """`_run` of a group of records (`record_shifts`)."""
+        return self._run(work, write=True)
+
+    def record_shifts(self, records: Sequence[ShiftRecord]) -> list[StoreError | None]:
+        try:
+            return self._run_group(functools.partial(self._record_shifts, records))
+        except StoreUnavailable:
+            raise
+        except StoreError as e:
+            if len(records) == 1:
+                return [e]
+        except Exception:
+            if len(records) == 1:
+                raise
+        # The transaction failed whole (SQLite's SQLITE_FULL past the room its writes claimed, or
+        # a disk full, rolls back all of it): each record alone, so only one that cannot be
+        # stored fails.
+        return [self.record_shifts([record])[0] for record in records]
+
+    def _record_shifts(self, records: Sequence[ShiftRecord], tx: Tx) -> list[StoreError | None]:
+        audited = [r for r in records if r.generation.chat_id and r.audit is not None]
+        chats = sorted({(r.tenant, r.generation.chat_id) for r in audited})
+        # The chats' locks before their audits are read, in one order in every transaction (no
+        # deadlock between groups): what another process writes to them waits until this commits.
+        tx.lock_all([chat_key(*chat) for chat in chats])
+        checked = sorted({(r.tenant, r.generation.chat_id) for r in audited if r.made_on is not UNCHECKED})
+        current: dict[tuple[str, str], AuditKey | None] = dict.fromkeys(checked)
+        if checked:
+            sql = _CURRENT_AUDITS.format(", ".join(["(?, ?)"] * len(checked)))
+            for tenant, chat_id, generation_id, created_ms in tx.rows(sql, [v for c in checked for v in c]):
+                current[(tenant, chat_id)] = (generation_id, created_ms)
+        earlier: dict[tuple[str, str], ShiftRecord] = {}  # the group's records, by chat
+        outcomes: list[StoreError | None] = []
+        writes: list[tuple[int, ShiftRecord]] = []
+        for r in records:
+            chat = (r.tenant, r.generation.chat_id)
+            checks = chat in current and r.audit is not None and r.made_on is not UNCHECKED
+            if checks and r.made_on != current[chat]:
+                before = earlier.get(chat)
+                now = (
+                    StoredAudit(before.audit, before.generation)
+                    if before is not None and before.audit is not None
+                    else _stored_audit(tx.rows(_AUDIT, chat))
+                )
+                outcomes.append(AuditChanged(r.generation.chat_id, now))
+                continue
+            try:
+                tx.claim(GENERATION_BYTES if r.audit is None else len(r.audit))
+            except StoreFull as e:
+                outcomes.append(e)
+                continue
+            if r.audit is not None and r.generation.chat_id:
+                # Written below: a later record of the chat in this group was made against the
+                # audit this one replaces. (Should this one's generation id turn out to be in use,
+                # that record is retried once more, against the audit the store then has.)
+                current[chat], earlier[chat] = audit_key(r.generation), r
+            writes.append((len(outcomes), r))
+            outcomes.append(None)
+        for (at, r), stored in zip(writes, self._write_shifts(tx, [r for _, r in writes]), strict=True):
+            if not stored:
+                outcomes[at] = GenerationIdInUse(r.generation.generation_id)
+        return outcomes
+
+    def _write_shifts(self, tx: Tx, records: Sequence[ShiftRecord]) -> list[bool]:
+        """Writes each record's generation and audit; False for a record whose generation id
+        another chat uses (nothing of it written)."""
+        stored = []
+        for r in records:
+            g = r.generation
+            written = tx.run(RECORD_GENERATION, generation_params(r.tenant, g)) > 0
+            if written and r.audit is not None:
                 tx.run(
                     f"INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?) {AUDIT_UPSERT}",
-                    (tenant, g.chat_id, g.generation_id, audit),
+                    (r.tenant, g.chat_id, g.generation_id, r.audit),
                 )
-
-        self._run(work, write=True)
+            stored.append(written)
+        return stored
 
     def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
         def work(tx: Tx) -> Finished:
@@ -382,8 +474,7 @@ class SqlStore(ABC):
     # --- audits and chats -------------------------------------------------------------------
 
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
-        rows = self._query(_AUDIT, (tenant, chat_id))
-        return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
+        return _stored_audit(self._query(_AUDIT, (tenant, chat_id)))
 
     def delete_chat(self, tenant: str, chat_id: str, *, idle_before_ms: int | None = None) -> bool:
         def work(tx: Tx) -> bool:

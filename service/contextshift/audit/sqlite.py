@@ -34,6 +34,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -71,6 +72,16 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
+@dataclass
+class _Room:
+    """What a write transaction has claimed, against what the disk had before it began."""
+
+    free: int  # the disk's free bytes
+    wal: int  # the WAL's size
+    claimed: int = 0  # bytes claimed so far
+    held_by: FullCause | None = None  # what limits it, once SQLite holds the line (max_page_count)
+
+
 class _Tx:
     def __init__(self, connection: sqlite3.Connection, claim: Callable[[int], None] | None = None) -> None:
         self.connection = connection
@@ -90,6 +101,9 @@ class _Tx:
 
     def lock(self, key: str) -> None:
         pass  # a write transaction holds the database's write lock
+
+    def lock_all(self, keys: Sequence[str]) -> None:
+        pass
 
     def claim(self, nbytes: int) -> None:
         if self._claim is None:
@@ -169,22 +183,22 @@ class SqliteStore(SqlStore):
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
         if not write:
-            with self._errors(None):
+            with self._errors():
                 return self._transaction(_Tx(self._connection()), work, "BEGIN")
         lock, connection = self._write_connection()
-        claimed: list[FullCause] = []  # what limits the write, once it claimed room
-        with lock, self._errors(claimed):
-            disk = self._disk_before_write(connection)
+        room: _Room | None = None
+        with lock, self._errors(lambda: room.held_by if room else None):
+            room = _Room(*self._disk_before_write(connection))
             try:
-                claim = functools.partial(self._claim, connection, claimed, *disk)
+                claim = functools.partial(self._claim, connection, room)
                 return self._transaction(_Tx(connection, claim), work, "BEGIN IMMEDIATE")
             finally:
-                if claimed:  # the next write on this connection claims its own room
+                if room.held_by:  # the next write on this connection claims its own room
                     connection.execute(f"PRAGMA max_page_count = {UNLIMITED_PAGES}")
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
         # Autocommit: the statement is its own read transaction (no BEGIN and COMMIT to run).
-        with self._errors(None):
+        with self._errors():
             return _Tx(self._connection()).rows(sql, params)
 
     @staticmethod
@@ -218,13 +232,14 @@ class SqliteStore(SqlStore):
             connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
         return self._disk_free(self.path.parent), _file_bytes(self._wal_path)
 
-    def _claim(
-        self, connection: sqlite3.Connection, claimed: list[FullCause], free: int, wal: int, nbytes: int
-    ) -> None:
-        """Grants `nbytes` of room to the write in progress on `connection`, given the disk's
-        `free` bytes and the `wal`'s size before it (see the module's doc), or raises StoreFull."""
-        needed = nbytes - CLAIM_SLACK_BYTES
+    def _claim(self, connection: sqlite3.Connection, claims: _Room, nbytes: int) -> None:
+        """Grants `nbytes` more of room to the write in progress on `connection` (on top of what it
+        claimed before, before it wrote any of it), given what the disk had before it (see the
+        module's doc), or raises StoreFull."""
+        free, wal = claims.free, claims.wal
+        needed = claims.claimed + nbytes - CLAIM_SLACK_BYTES
         if self._max_bytes is None and free - self._reserve_bytes - wal >= needed:
+            claims.claimed += nbytes
             return  # room to spare, whatever the WAL holds: the disk itself is the limit
         page_size = self._page_size(connection)
         pages, free_pages = _pages(connection)
@@ -244,10 +259,11 @@ class SqliteStore(SqlStore):
                     "reports and the journal"
                 )
             raise StoreFull(self.description, cause, f"{why}; this write needs {nbytes} bytes more")
+        claims.claimed += nbytes
         if room - needed < HELD_BY_SQLITE_BYTES:
             # Near the limit, SQLite holds it: the file may grow by the room its free pages do not
             # cover, and the b-trees' splits.
-            claimed.append(cause)
+            claims.held_by = cause
             growth = max(0, room - free_pages * page_size) // page_size + HEADROOM_PAGES
             connection.execute(f"PRAGMA max_page_count = {pages + growth}")
 
@@ -263,7 +279,7 @@ class SqliteStore(SqlStore):
         return (pages - free_pages) * self._page_size(connection)
 
     def _disk_free_bytes(self) -> int | None:
-        with self._errors(None):
+        with self._errors():
             return self._disk_free(self.path.parent)
 
     def problems(self) -> list[str]:
@@ -291,7 +307,7 @@ class SqliteStore(SqlStore):
             return f"the disk under it ({self.path.parent}) cannot say its free space: {e}"
 
     @contextmanager
-    def _errors(self, claimed: list[FullCause] | None) -> Iterator[None]:
+    def _errors(self, held_by: Callable[[], FullCause | None] = lambda: None) -> Iterator[None]:
         """SQLite's operational errors say the store cannot serve now, and the transaction was
         rolled back: a full database or disk (SQLITE_FULL: past the room a write claimed, or the
         disk itself full) is StoreFull; the others (locked past the busy timeout, I/O, a file that
@@ -305,7 +321,7 @@ class SqliteStore(SqlStore):
             if not isinstance(e, sqlite3.OperationalError) and type(e) is not sqlite3.DatabaseError:
                 raise
             if e.sqlite_errorcode == sqlite3.SQLITE_FULL:
-                cause = claimed[0] if claimed else FullCause.DISK
+                cause = held_by() or FullCause.DISK
                 raise StoreFull(self.description, cause, f"SQLite: {e} ({self._disk_said()})") from e
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
 

@@ -5,7 +5,8 @@ rows, whatever ids another tenant uses.
 
 Calls block (sqlite3 and psycopg are synchronous): callers run them on a thread, never on an event
 loop. Each call is one transaction; a read-modify-write holds the write lock (SQLite `BEGIN
-IMMEDIATE`, PostgreSQL row locks) from its read to its commit.
+IMMEDIATE`, PostgreSQL row locks) from its read to its commit. The one exception is
+`record_shifts`, which stores many shifts in one transaction (group commit, see `audit.writer`).
 
 Room: writes that add data (a shift's generation and audit, appended blocks) claim room for it
 first, and are refused whole (`StoreFull`) when the store has none: past `max_store_bytes`, or, for
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Protocol
 
 from contextshift.calibration import Calibration
@@ -76,6 +77,36 @@ class StoredAudit:
 
     payload: bytes
     generation: Generation
+
+
+# A chat's audit as a shift saw it: (generation id, created ms) of the audit, or None for none.
+AuditKey = tuple[str, int]
+
+
+class Unchecked(Enum):
+    """`ShiftRecord.made_on` when the chat's audit is not checked (the last write wins)."""
+
+    UNCHECKED = "unchecked"
+
+
+UNCHECKED = Unchecked.UNCHECKED
+
+
+@dataclass(frozen=True)
+class ShiftRecord:
+    """A shift to store (`Store.record_shifts`): its generation and, with a chat, its audit (None
+    without one). `made_on` is the chat's audit the shift was made against (its previous prompt
+    came from it): the record is stored only if that is still the chat's audit when it commits,
+    else `AuditChanged`."""
+
+    tenant: str
+    generation: Generation
+    audit: bytes | None
+    made_on: AuditKey | Unchecked | None = UNCHECKED
+
+
+def audit_key(generation: Generation) -> AuditKey:
+    return (generation.generation_id, generation.created_ms)
 
 
 @dataclass(frozen=True)
@@ -193,6 +224,16 @@ class AlreadyFinished(StoreError):
         self.status = status
 
 
+class AuditChanged(StoreError):
+    """The chat's audit is not the one a shift was made against any more: another shift wrote it
+    since (in another process, or earlier in the same group). Nothing was written; `current` is
+    the chat's audit now (None when it has none), for the shift to be made again against it."""
+
+    def __init__(self, chat_id: str, current: StoredAudit | None) -> None:
+        super().__init__(f"the audit of chat {chat_id!r} changed while a shift of it was made")
+        self.current = current
+
+
 class GenerationIdInUse(StoreError):
     """A generation id another chat of the tenant uses."""
 
@@ -250,6 +291,15 @@ class Store(Protocol):
         """Stores a generation (PENDING) and, with `audit`, makes it its chat's audit, replacing the
         last one, in one transaction. A generation id the chat used before starts over;
         GenerationIdInUse when another chat (or no chat) of the tenant uses it."""
+        ...
+
+    def record_shifts(self, records: Sequence[ShiftRecord]) -> list[StoreError | None]:
+        """Stores each record as `record_shift` does, all in one transaction (group commit), each
+        claiming its room in turn; per record, None when it is stored, else why not:
+        GenerationIdInUse, StoreFull (only the records that do not fit), AuditChanged (see
+        `ShiftRecord.made_on`). When the transaction fails whole (SQLite's SQLITE_FULL rolls back
+        every record of it), each record is stored again alone. Raises StoreUnavailable when the
+        store cannot serve (nothing stored)."""
         ...
 
     def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
