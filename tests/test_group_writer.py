@@ -1,0 +1,168 @@
+"""The group writer (`audit.writer`): one thread stores, in one transaction, every record queued
+while the previous transaction committed, and tells each call its own outcome only after the
+commit; a call that gave up before its write stores nothing; a record that cannot be made, or a
+store that cannot serve, fails its calls and never the thread. Over a real SQLite store, held
+in its first write by the test so that the next records queue behind it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from test_store import generation
+
+from contextshift.audit.sqlite import SqliteStore
+from contextshift.audit.store import (
+    GenerationIdInUse,
+    ShiftRecord,
+    StoreError,
+    StoreUnavailable,
+)
+from contextshift.audit.writer import GroupWriter, Outcome
+
+
+class HeldStore(SqliteStore):
+    """A SQLite store whose next `record_shifts` waits until released (its records are taken by
+    then), and that says how many records each call stored, and whether each was committed (read
+    from another connection) when its call was told."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.groups: list[int] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.release.set()
+        self.fail_with: StoreError | None = None
+
+    def hold(self) -> None:
+        self.entered.clear()
+        self.release.clear()
+
+    def record_shifts(self, records: list[ShiftRecord]) -> list[StoreError | None]:  # type: ignore[override]
+        self.groups.append(len(records))
+        self.entered.set()
+        assert self.release.wait(10)
+        if self.fail_with is not None:
+            raise self.fail_with
+        return super().record_shifts(records)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HeldStore]:
+    opened = HeldStore(tmp_path / "store.db")
+    opened.migrate()
+    yield opened
+    opened.close()
+
+
+class Calls:
+    """What the writer told each call, and whether its audit could be read (from a connection of
+    its own) when it was told."""
+
+    def __init__(self, path: Path) -> None:
+        self.reader = SqliteStore(path)
+        self.told: dict[str, Outcome] = {}
+        self.readable: dict[str, bool] = {}
+        self.all_told = threading.Event()
+        self.expected = 0
+
+    def done(self, chat_id: str) -> Callable[[Outcome], None]:
+        def told(outcome: Outcome) -> None:
+            self.readable[chat_id] = self.reader.audit("", chat_id) is not None
+            self.told[chat_id] = outcome
+            if len(self.told) == self.expected:
+                self.all_told.set()
+
+        return told
+
+
+def record(chat_id: str, generation_id: str = "") -> ShiftRecord:
+    return ShiftRecord("", generation(generation_id or f"g-{chat_id}", chat_id=chat_id), chat_id.encode())
+
+
+def test_records_queued_during_a_commit_go_together_and_each_call_is_told_after_it(
+    store: HeldStore, tmp_path: Path
+) -> None:
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = 9
+    store.hold()
+    writer.write(lambda: record("first"), calls.done("first"))
+    assert store.entered.wait(10)  # the first group is being stored: the others queue
+    for i in range(8):
+        writer.write(lambda i=i: record(f"c{i}"), calls.done(f"c{i}"))
+    store.release.set()
+    assert calls.all_told.wait(10)
+    assert store.groups == [1, 8]
+    assert set(calls.told.values()) == {None}
+    assert all(calls.readable.values())  # told only once committed
+    writer.close()
+
+
+def test_one_records_failure_is_its_own(store: HeldStore, tmp_path: Path) -> None:
+    store.record_shift("", generation("taken", chat_id="other"), b"x")
+    store.groups.clear()
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = 3
+    store.hold()
+    writer.write(lambda: record("a"), calls.done("a"))
+    assert store.entered.wait(10)
+
+    def broken() -> ShiftRecord:
+        raise ValueError("cannot encode")
+
+    writer.write(broken, calls.done("broken"))
+    writer.write(lambda: None, calls.done("gave up"))
+    writer.write(lambda: record("b", "taken"), calls.done("b"))
+    store.release.set()
+    assert calls.all_told.wait(10)
+    assert calls.told["a"] is None
+    assert isinstance(calls.told["broken"], ValueError)
+    assert isinstance(calls.told["b"], GenerationIdInUse)
+    assert "gave up" not in calls.told  # nothing stored, nobody told
+    assert store.groups == [1, 1]  # the one that gave up and the broken one were never records
+    writer.close()
+
+
+def test_a_store_that_cannot_serve_fails_the_group_and_the_writer_goes_on(
+    store: HeldStore, tmp_path: Path
+) -> None:
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = 2
+    store.fail_with = StoreUnavailable("the store is down")
+    store.hold()
+    writer.write(lambda: record("a"), calls.done("a"))
+    assert store.entered.wait(10)
+    writer.write(lambda: record("b"), calls.done("b"))
+    store.release.set()
+    assert calls.all_told.wait(10)
+    assert all(isinstance(outcome, StoreUnavailable) for outcome in calls.told.values())
+    store.fail_with = None
+    calls.expected, calls.all_told = 3, threading.Event()
+    writer.write(lambda: record("c"), calls.done("c"))
+    assert calls.all_told.wait(10) and calls.told["c"] is None
+    writer.close()
+
+
+def writer_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == "contextshift-writer"}
+
+
+def test_close_stores_what_is_queued_then_stops(store: HeldStore, tmp_path: Path) -> None:
+    others = writer_threads()  # earlier tests' writers, never closed
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = 4
+    store.hold()
+    writer.write(lambda: record("a"), calls.done("a"))
+    assert store.entered.wait(10)
+    for chat_id in "bcd":
+        writer.write(lambda chat_id=chat_id: record(chat_id), calls.done(chat_id))
+    store.release.set()
+    writer.close()  # returns once its thread stopped
+    assert calls.all_told.is_set() and set(calls.told.values()) == {None}
+    assert writer_threads() == others
