@@ -1,8 +1,8 @@
 """Where the servicer runs the engine: a small request on the event loop once its process has
-served its profile and the model reads it needs are in the process's cache; a first use (which
-may load a vocabulary), a large request, a request whose model was not read lately, and a shift of
-a chat (which reads it) on the engine threads. In process, with an executor that counts what it is
-handed."""
+served its profile and the model reads it needs are in the process's cache (a chat's last prompt
+too); a first use (which may load a vocabulary), a large request, a request whose model was not
+read lately, a chat this process does not hold (which reads it) and a chat's stored history on the
+engine threads. In process, with an executor that counts what it is handed."""
 
 from __future__ import annotations
 
@@ -77,10 +77,13 @@ def test_small_requests_run_inline_once_their_profile_was_served(
         assert await handed(blocks_json=small, profile="heuristic") == 4
         # A model not read lately: to a thread even when its profile was served.
         assert await handed(blocks_json=small, model="gpt-4o-2024-08-06") == 5
-        # A chat is read from the store (its last prompt): on a thread, always.
+        # A chat is read from the store (its last prompt) on a thread; then this process holds it.
         assert await handed(blocks_json=small, chat_id="c") == 6
-        assert await handed(blocks_json=small, chat_id="c") == 7
-        for expected in (8, 9):  # a profile that may not load goes to a thread every time
+        assert await handed(blocks_json=small, chat_id="c") == 6
+        # Its stored history is read on a thread, always.
+        assert await handed(blocks_json=small, chat_id="c", use_stored_history=True) == 7
+        assert await handed(blocks_json=small, chat_id="c", use_stored_history=True) == 8
+        for expected in (9, 10):  # a profile that may not load goes to a thread every time
             with pytest.raises(InvalidOptions):
                 await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
             assert executor.handed == expected

@@ -1,22 +1,16 @@
-"""The server's caches of store reads: model reads kept for `store_cache_seconds` (absent ones too),
-bounded, dropped when a configuration changes, serving on while the store is down; a chat's last prompt kept as its audit records it,
-and read afresh once another process replaced that audit."""
+"""The server's cache of model reads: kept for `store_cache_seconds` (absent ones too), bounded,
+dropped when a configuration changes, serving on while the store is down. (A chat's last prompt:
+tests/test_warm_chats.py.)"""
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
-from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.service import audits
 from contextshift.api.service.read_cache import CacheMiss, ReadCache
-from contextshift.api.service.servicer import ContextShiftService
-from contextshift.api.service.store_view import Caches, TenantStore
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import StoreUnavailable
-from contextshift.budget import Budget
 
 
 @pytest.fixture
@@ -72,34 +66,3 @@ def test_off_keeps_nothing() -> None:
     cache.put(("factor", "t", "m"), 2.0)
     with pytest.raises(CacheMiss):
         cache.get(("factor", "t", "m"), None)
-
-
-def chat(turns: int) -> bytes:
-    blocks = [{"id": "sys", "role": "system", "content": "Be brief."}]
-    for i in range(turns):
-        blocks.append({"id": f"m{i}", "role": "user" if i % 2 == 0 else "assistant", "content": "word " * 80})
-    return json.dumps(blocks).encode()
-
-
-def test_a_chats_last_prompt_is_kept_as_its_audit_records_it(store: SqliteStore) -> None:
-    servicer = ContextShiftService(None, Budget(), store)  # type: ignore[arg-type]
-    caches = Caches(ReadCache(0))
-    view = TenantStore(store, "", caches)
-    request = pb.ShiftContextRequest(chat_id="c", context_limit=600, response_reserve=0)
-    blocks = chat(20)
-    servicer._shift_and_record(view, request, blocks, "g1", audits.AuditWrite())
-    stored = store.audit("", "c")
-    assert stored is not None
-    kept = caches.prompts.peek(("prompt", "", "c"))
-    assert kept == (("g1", stored.generation.created_ms), audits.previous_prompt(stored))
-    assert kept[1].excluded  # the budget cut: a cut to carry
-    assert view.previous_prompt("c") == kept[1]
-
-    # Another process's shift replaces the audit: the kept prompt is stale and read afresh.
-    other = TenantStore(store, "", Caches(ReadCache(0)))
-    servicer._shift_and_record(other, request, chat(24), "g2", audits.AuditWrite())
-    replaced = store.audit("", "c")
-    assert replaced is not None
-    fresh = view.previous_prompt("c")
-    assert fresh == audits.previous_prompt(replaced) != kept[1]
-    assert caches.prompts.peek(("prompt", "", "c")) == (("g2", replaced.generation.created_ms), fresh)

@@ -1,8 +1,9 @@
 """`contextshift serve` with a gate, so a test can hold a call in flight for as long as it needs,
 whatever the machine's speed: each gated call touches `<gate>.entered`, then waits until the file
 `<gate>` exists. The gate stands in front of the engine (every shift), or, with
-CONTEXTSHIFT_TEST_GATE_AT=record_shift, in front of the store's write of a shift (after the shift,
-before the transaction). Test harness only; run as a script by `start_server`."""
+CONTEXTSHIFT_TEST_GATE_AT=record_shift, in front of the store's write of the shifts' records (on
+the group writer's thread, after the shift, before the transaction). Test harness only; run as a
+script by `start_server`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def gated(call: Callable[..., Any]) -> Callable[..., Any]:
 
 
 if os.environ.get("CONTEXTSHIFT_TEST_GATE_AT") == "record_shift":
-    SqlStore.record_shift = gated(SqlStore.record_shift)  # type: ignore[method-assign]
+    SqlStore.record_shifts = gated(SqlStore.record_shifts)  # type: ignore[method-assign]
 else:
     shifts.shift_context = gated(shifts.shift_context)  # the service calls the library from there
 # Every call goes to the engine threads, where a held call leaves the event loop free.

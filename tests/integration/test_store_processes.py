@@ -27,6 +27,7 @@ from contextshift.audit import open_store
 
 from .conftest import ServerProcess, serving, start_server
 from .test_grpc_service import stub
+from .test_metrics import scrape, value
 
 BLOCKS = 24  # per shift: a system prompt, then turns; the budget keeps about half
 
@@ -404,34 +405,47 @@ def test_the_default_store_is_made_in_the_data_directory_and_outlives_the_server
 KILL_ROUNDS = 6
 
 
-def shift_until_stopped(
-    address: str, chat_id: str, prefix: str, sent: set[str], written: list[int], stop: threading.Event
-) -> None:
-    """Shifts `chat_id` again and again until `stop`, or until the server is gone."""
-    with grpc.insecure_channel(address) as channel:
-        op = 0
-        while not stop.is_set():
-            tag = f"{prefix}-{op}"
-            sent.add(tag)
-            try:
-                stub(channel).ShiftContext(shift_request(chat_id, tag), timeout=10)
-            except grpc.RpcError:
-                return
-            written.append(1)
-            op += 1
+class Shifting:
+    """A chat shifted again and again by one client: every shift sent, the last one answered, and
+    the one in flight, if any."""
+
+    def __init__(self, chat_id: str) -> None:
+        self.chat_id = chat_id
+        self.sent: set[str] = set()
+        self.answered: str | None = None
+        self.in_flight: str | None = None
+
+    def until_stopped(self, address: str, prefix: str, written: list[int], stop: threading.Event) -> None:
+        """Shifts the chat until `stop`, or until the server is gone."""
+        with grpc.insecure_channel(address) as channel:
+            op = 0
+            while not stop.is_set():
+                tag = f"{prefix}-{op}"
+                self.sent.add(tag)
+                self.in_flight = tag
+                try:
+                    stub(channel).ShiftContext(shift_request(self.chat_id, tag), timeout=10)
+                except grpc.RpcError:
+                    return
+                self.answered, self.in_flight = tag, None
+                written.append(1)
+                op += 1
 
 
 def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str) -> None:
-    chats = [f"chat-{i}" for i in range(4)]
-    sent: dict[str, set[str]] = {c: set() for c in chats}
+    """The audits of four chats, shifted at once (so the group writer commits several in one
+    transaction), after each SIGKILL: whole, and never older than the last shift answered (a
+    reply leaves only once its audit is committed)."""
+    chats = [Shifting(f"chat-{i}") for i in range(4)]
     rng = random.Random(7)
+    grouped = 0.0  # transactions that stored more than one shift, before the kills
     for round_ in range(KILL_ROUNDS):
         server = start_server(tmp_path, store=url)  # opens (and migrates) the store left by the kill
         stop = threading.Event()
         written: list[int] = []
         clients = [
             threading.Thread(
-                target=shift_until_stopped, args=(server.address, c, f"r{round_}-{c}", sent[c], written, stop)
+                target=c.until_stopped, args=(server.address, f"r{round_}-{c.chat_id}", written, stop)
             )
             for c in chats
         ]
@@ -441,6 +455,11 @@ def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str
         while len(written) < 8 and time.monotonic() < deadline:  # writes under way
             time.sleep(0.01)
         time.sleep(rng.uniform(0.0, 0.3))
+        groups = scrape(server)
+        backend = url.partition(":")[0]
+        grouped += value(groups, "contextshift_store_group_records_count", backend=backend) - value(
+            groups, "contextshift_store_group_records_bucket", backend=backend, le="1.0"
+        )
         server.proc.kill()
         server.proc.wait(30)
         stop.set()
@@ -451,9 +470,13 @@ def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str
         store = open_store(url)
         try:
             assert store.problems() == [], f"round {round_}"
-            for chat_id in chats:
-                stored = store.audit("", chat_id)
-                assert stored is not None, f"round {round_}: {chat_id} lost its audit"
-                check_audit(audits.decode(stored), chat_id, sent[chat_id])
+            for chat in chats:
+                stored = store.audit("", chat.chat_id)
+                assert stored is not None, f"round {round_}: {chat.chat_id} lost its audit"
+                audit = audits.decode(stored)
+                check_audit(audit, chat.chat_id, chat.sent)
+                # The last answered shift's audit, or the one in flight when the server died.
+                assert audit.generation_id in {chat.answered, chat.in_flight}, (round_, chat.chat_id)
         finally:
             store.close()
+    assert grouped, "no transaction stored more than one shift: the kills never met a group"

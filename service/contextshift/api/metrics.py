@@ -111,6 +111,14 @@ STORE_LATENCY = Histogram(
     buckets=_LATENCY_BUCKETS,
 )
 
+STORE_GROUPS = Histogram(
+    "contextshift_store_group_records",
+    "Shifts stored per transaction by the group writer, by backend: the calls whose records queued "
+    "while the previous transaction committed go together.",
+    ["backend"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+)
+
 
 # The store as /metrics reads it, by backend (sqlite, postgresql): the same values whichever worker
 # read them, so the last read wins.
@@ -315,8 +323,9 @@ def observe_store(operation: str) -> Iterator[None]:
 
 class _TimedStore:
     """A store whose every call is timed into contextshift_store_operation_duration_seconds, under
-    the method's name (audit, record_shift, finish, history, ...), and whose refusals for want of
-    room are counted into contextshift_store_full_total."""
+    the method's name (audit, record_shifts, finish, history, ...), and whose refusals for want of
+    room are counted into contextshift_store_full_total (raised, or among `record_shifts`'
+    outcomes)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -328,12 +337,18 @@ class _TimedStore:
 
         @functools.wraps(attribute)
         def timed(*args: Any, **kwargs: Any) -> Any:
+            if name == "record_shifts":
+                _child(STORE_GROUPS, self._store.dialect).observe(len(args[0]))
             with observe_store(name):
                 try:
-                    return attribute(*args, **kwargs)
+                    result = attribute(*args, **kwargs)
                 except StoreFull as e:
                     _child(STORE_REFUSALS, e.cause.value).inc()
                     raise
+            for outcome in result if name == "record_shifts" else ():
+                if isinstance(outcome, StoreFull):
+                    _child(STORE_REFUSALS, outcome.cause.value).inc()
+            return result
 
         setattr(self, name, timed)  # wrapped once: __getattr__ runs only for names not yet set
         return timed

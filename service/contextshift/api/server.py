@@ -56,6 +56,7 @@ from contextshift.api.service.calls import Gate
 from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit import open_store, redacted
 from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
+from contextshift.audit.writer import GroupWriter
 from contextshift.budget import Budget
 from contextshift.options import Secret
 from contextshift.summarizer import llm
@@ -170,6 +171,7 @@ class Server:
     http_task: asyncio.Task[None]
     http_port: int
     store: Store
+    writer: GroupWriter
     housekeeping: list[asyncio.Task[None]]  # pruning generations, deleting idle chats
     io_executor: ThreadPoolExecutor | None = None
     compaction: llm.LoopTransport | None = None
@@ -187,6 +189,7 @@ class Server:
             task.cancel()
         shutdown = functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
         await asyncio.get_running_loop().run_in_executor(None, shutdown)
+        await asyncio.get_running_loop().run_in_executor(None, self.writer.close)
         self.store.close()
         if self.io_executor is not None:
             self.io_executor.shutdown(wait=False, cancel_futures=True)
@@ -246,6 +249,7 @@ async def start(
     )
     metrics.watch_store(store, max_bytes=config.max_store_bytes)
     await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
+    writer = GroupWriter(store)
     defaults = Budget(config.context_size, config.max_output_tokens)
     service = ContextShiftService(
         executor,
@@ -255,6 +259,7 @@ async def start(
         audit_messages=config.audit_messages,
         io_executor=io_executor,
         store_cache_seconds=config.store_cache_seconds,
+        writer=writer,
     )
     add_context_service(service, server)
     compaction = _configure_compaction(config)
@@ -321,6 +326,7 @@ async def start(
         http_task,
         http_sock.getsockname()[1],
         store,
+        writer,
         housekeeping,
         io_executor,
         compaction,

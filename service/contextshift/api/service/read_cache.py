@@ -88,6 +88,10 @@ class ReadCache:
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
 
+    def drop(self, key: tuple[Any, ...]) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
     def forget(self, kind: str) -> None:
         """Drops every entry of `kind` (a model configuration changed: any tenant may fall back to
         the server-wide one, so all of them go)."""

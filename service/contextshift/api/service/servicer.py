@@ -6,10 +6,15 @@ their engine work (up to about two milliseconds) costs less than the hop to a th
 on the event loop, to completion. The hop is dear under load: the engine thread and the loop hand
 the GIL to each other at every release, and a shift on a thread took twice its time on the loop.
 
-A shift that names a model, profile, role or stored history reads the store: it reads, shifts and
-writes its generation and audit in one call on one thread. A shift that only writes (it names a
-chat) shifts as any other, then writes on a thread. A call cancelled by its client or its deadline
-leaves the chat's previous audit, or its own marked CANCELLED (`audits.AuditWrite`).
+A shift that names a model, profile or role reads its configuration and calibration through the
+process's read cache, on the event loop when the cache holds them. A ShiftContext of a chat is made
+against the chat's last prompt as the process knows it (it wrote or read the chat's audit last),
+on the event loop when small, else on a thread that reads it (and the chat's stored history, when
+asked); its generation and audit go to the process's group writer (`audit.writer`), which stores
+them with those of the calls at the same moment in one transaction, checking that the chat's audit
+is still the one the shift was made against (else the shift is made again), and wakes the call
+once they are committed: one hop off the event loop per call. A call cancelled by its client or
+its deadline leaves the chat's previous audit, or its own marked CANCELLED (`audits.AuditWrite`).
 
 Plugin strategies and interceptors may take up to their time limit, and llm-compact waits on its
 endpoint: such shifts never run on the event loop, and run on the I/O threads rather than the
@@ -23,6 +28,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -41,8 +48,25 @@ from contextshift.api.service.read_cache import CacheMiss, ReadCache
 from contextshift.api.service.requests import ShiftRequest, resolve_model
 from contextshift.api.service.store_view import Caches, TenantStore
 from contextshift.audit.provider_errors import ErrorCode, normalize
-from contextshift.audit.store import NotFound, Report, Role, Status, Store, StoredBlock, StoreError, now_ms
+from contextshift.audit.store import (
+    UNCHECKED,
+    AuditChanged,
+    AuditKey,
+    NotFound,
+    Report,
+    Role,
+    ShiftRecord,
+    Status,
+    Store,
+    StoredAudit,
+    StoredBlock,
+    StoreError,
+    Unchecked,
+    now_ms,
+)
+from contextshift.audit.writer import GroupWriter, Outcome
 from contextshift.budget import Budget
+from contextshift.cache_stable import PreviousPrompt
 from contextshift.calibration import ALPHA, Calibration
 from contextshift.errors import FieldViolation
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
@@ -54,6 +78,11 @@ log = logging.getLogger("contextshift.api")
 # (profile, model) pairs a process remembers having served, so their small requests run inline;
 # bounded because clients choose the strings.
 MAX_SERVED_PROFILES = 1024
+# Tries of a chat's shift whose write finds the chat's audit changed (another process shifted the
+# chat meanwhile); the last writes unchecked.
+SHIFT_TRIES = 4
+# A shift, and the outcome of its write (None: stored).
+Written = tuple[shifts.Shifted[pb.ShiftContextRequest], Outcome]
 
 _TERMINAL = {
     pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
@@ -95,6 +124,59 @@ def _reads_chat(request: ShiftRequest) -> bool:
     return bool(request.chat_id or request.use_stored_history)
 
 
+def _last_prompt(chat_id: str, view: TenantStore) -> tuple[AuditKey | None, PreviousPrompt]:
+    return view.last_prompt(chat_id)
+
+
+def _prompt_of(
+    chat_id: str, stored: StoredAudit | None, view: TenantStore
+) -> tuple[AuditKey | None, PreviousPrompt]:
+    return view.prompt_of(chat_id, stored)
+
+
+class _Wakeups:
+    """Futures of one event loop settled from other threads, with one wake-up of the loop for all
+    those settled since its last one: the calls of a group the writer stored wake it once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._due: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+
+    def settle(self, future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+        with self._lock:
+            self._due.append((future, result, error))
+            if len(self._due) > 1:
+                return  # the loop is woken already
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped
+            self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for future, result, error in due:
+            if future.done():  # its call gave up on it
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+
+_WAKEUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wakeups] = weakref.WeakKeyDictionary()
+_WAKEUPS_LOCK = threading.Lock()
+
+
+def _settle_soon(
+    future: asyncio.Future[T], result: T | None = None, error: BaseException | None = None
+) -> None:
+    """Settles `future` from any thread, on its event loop (unless its call gave up on it)."""
+    loop = future.get_loop()
+    with _WAKEUPS_LOCK:
+        wakeups = _WAKEUPS.get(loop) or _WAKEUPS.setdefault(loop, _Wakeups(loop))
+    wakeups.settle(future, result, error)
+
+
 def _reads_model(request: ShiftRequest) -> bool:
     """Whether a shift reads a model's configuration and calibration (a profile can name a model,
     a role names one): cached by the process (`ReadCache`)."""
@@ -117,8 +199,10 @@ class ContextShiftService:
         audit_messages: bool = True,
         io_executor: ThreadPoolExecutor | None = None,
         store_cache_seconds: float = 0.0,
+        writer: GroupWriter | None = None,
     ) -> None:
         self._executor = executor
+        self._writer = writer or GroupWriter(store)
         # Shifts whose strategy waits (an LLM endpoint, a plugin) run here, not on the engine threads.
         self._io_executor = io_executor or executor
         self._defaults = defaults
@@ -213,26 +297,20 @@ class ContextShiftService:
 
     async def ShiftContext(self, request: bytes) -> bytes:
         """An encoded ShiftContextRequest in, an encoded ShiftContextResponse out (see
-        `add_context_service`). A shift of a chat runs on a thread with its reads (the chat's last
-        prompt, its history, the model's configuration) and its writes (the generation and the
-        audit); one without a chat shifts as PreviewContext does, then stores its generation on a
-        thread when FinishGeneration can calibrate with it."""
+        `add_context_service`). A shift of a chat is made against the chat's last prompt and
+        written by the group writer before the reply (`_shift_chat`); one without a chat shifts as
+        PreviewContext does, and has its generation written when FinishGeneration can calibrate
+        with it."""
         read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest)
         _checked(rules.id_violations("generation_id", read.generation_id, required=False))
         generation_id = read.generation_id or ids.uuid7()
         write = audits.AuditWrite()
         try:
-            if _reads_chat(read):
-                work = functools.partial(
-                    self._shift_and_record, store, read, blocks_json, generation_id, write
-                )
-                shifted = await self._on_thread(work, self._shift_executor(read))
+            if read.chat_id:
+                shifted = await self._shift_chat(read, blocks_json, store, generation_id, write, len(request))
             else:
                 shifted = await self._shift_cached(read, blocks_json, store, len(request))
-                if audits.stores_generation(shifted):
-                    await self._on_thread(
-                        functools.partial(self._record, store, shifted, generation_id, write)
-                    )
+                await self._written(shifted, store, generation_id, write)
         except asyncio.CancelledError:
             if write.cancel():  # written, but the reply will not be sent
                 with contextlib.suppress(RuntimeError):  # unless the server is stopping
@@ -244,45 +322,139 @@ class ContextShiftService:
             [head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())]
         )
 
-    def _shift_and_record(
+    async def _shift_chat(
         self,
-        store: TenantStore,
-        request: pb.ShiftContextRequest,
+        read: pb.ShiftContextRequest,
         blocks_json: bytes,
+        store: TenantStore,
         generation_id: str,
         write: audits.AuditWrite,
+        size: int,
     ) -> shifts.Shifted[pb.ShiftContextRequest]:
-        """On an engine thread: the shift with what it reads from the store, then what it writes."""
-        shifted = shifts.shift(request, blocks_json, self._defaults, store)
-        self._record(store, shifted, generation_id, write)
-        return shifted
+        """A ShiftContext of a chat, made against the chat's last prompt as this process knows it
+        (else read from the store), and written with the check that the chat's audit is still
+        the one that prompt is of. When another worker or replica shifted the chat meanwhile, the
+        write changes nothing and hands back the chat's audit as it is: the shift is made again
+        against that, and the last try writes unchecked (the last write wins, as two calls of one
+        chat at once can only)."""
+        chat_id = read.chat_id
+        last = functools.partial(_last_prompt, chat_id)
+        # On the event loop when small, and when this process holds the chat's last prompt and
+        # what the request reads of a model; a stored history is read on a thread.
+        inline = None if read.use_stored_history else self._inline_bytes(read, size)
+        for attempt in range(SHIFT_TRIES):
+            checked = attempt < SHIFT_TRIES - 1
+            shifted, outcome = await self._shift_and_write(
+                read, blocks_json, store, generation_id, write, inline, last, checked
+            )
+            if not isinstance(outcome, AuditChanged):
+                if outcome is not None:
+                    raise outcome
+                return shifted
+            last = functools.partial(_prompt_of, chat_id, outcome.current)
+        raise AssertionError("not reached: the last try writes unchecked")
 
-    def _record(
+    async def _shift_and_write(
         self,
+        read: pb.ShiftContextRequest,
+        blocks_json: bytes,
         store: TenantStore,
+        generation_id: str,
+        write: audits.AuditWrite,
+        inline: int | None,
+        last: Callable[[TenantStore], tuple[AuditKey | None, PreviousPrompt]],
+        checked: bool,
+    ) -> Written:
+        """One try of `_shift_chat`: the shift against the chat's prompt `last` gives, on the event
+        loop or on a thread, and its write. The call leaves the event loop once: a shift on a
+        thread hands its record to the writer from there, and the writer wakes the call."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[Written] = loop.create_future()
+
+        def shift_then_write(view: TenantStore) -> None:
+            made_on, view.previous = last(view)
+            shifted = shifts.shift(read, blocks_json, self._defaults, view)
+            self._write(shifted, view, generation_id, write, made_on if checked else UNCHECKED, done)
+
+        def on_thread() -> None:
+            try:
+                shift_then_write(store)
+            except BaseException as e:
+                _settle_soon(done, error=e)
+
+        profile = (read.profile, read.model)
+        small = self._small(inline)
+        if small and profile in self._served_profiles:
+            try:
+                shift_then_write(store.cached())
+                return await done
+            except CacheMiss:  # a read this process does not hold: on a thread
+                pass
+        (self._shift_executor(read) or self._executor).submit(on_thread)
+        written = await done
+        if small and len(self._served_profiles) < MAX_SERVED_PROFILES:
+            self._served_profiles.add(profile)
+        return written
+
+    def _write(
+        self,
         shifted: shifts.Shifted[pb.ShiftContextRequest],
+        view: TenantStore,
+        generation_id: str,
+        write: audits.AuditWrite,
+        made_on: AuditKey | Unchecked | None,
+        done: asyncio.Future[Written],
+    ) -> None:
+        """Hands what a shift stores to the group writer (from the event loop or a thread); `done`
+        gets the shift and its outcome once it is stored (or why not). With a chat: its generation
+        and audit (encoded on the writer thread); without one: its generation when
+        FinishGeneration can calibrate with it, else nothing."""
+        if not audits.stores_generation(shifted):
+            _settle_soon(done, (shifted, None))
+            return
+        chat_id, created = shifted.request.chat_id, now_ms()
+
+        def record() -> ShiftRecord | None:
+            if not write.begin():  # the call was cancelled: nothing to write
+                return None
+            payload = None
+            if chat_id:
+                timings = pb.AuditTimings(
+                    store_read_ms=view.read_seconds * 1e3, shift_ms=shifted.seconds * 1e3
+                )
+                payload = audits.encode(
+                    shifted, generation_id, created, timings, messages=self._audit_messages
+                )
+            return ShiftRecord(
+                view.tenant, audits.generation(shifted, generation_id, created), payload, made_on
+            )
+
+        def written(outcome: Outcome) -> None:
+            if outcome is None:
+                if chat_id:  # its next shift is made against this prompt
+                    view.keep_prompt(chat_id, (generation_id, created), shifted.result.as_previous())
+                if write.end():  # the call was cancelled while this was written
+                    with contextlib.suppress(RuntimeError):  # unless the server is stopping
+                        self._executor.submit(self._mark_cancelled, view.tenant, generation_id)
+            _settle_soon(done, (shifted, outcome))
+
+        self._writer.write(record, written)
+
+    async def _written(
+        self,
+        shifted: shifts.Shifted[pb.ShiftContextRequest],
+        store: TenantStore,
         generation_id: str,
         write: audits.AuditWrite,
     ) -> None:
-        """On an engine thread: what a shift stores. With a chat: its generation and audit;
-        without one: its generation when FinishGeneration can calibrate with it."""
+        """`_write` from the event loop, and its outcome (at once when nothing is stored)."""
         if not audits.stores_generation(shifted):
             return
-        created = now_ms()
-        payload = None
-        if shifted.request.chat_id:
-            timings = pb.AuditTimings(store_read_ms=store.read_seconds * 1e3, shift_ms=shifted.seconds * 1e3)
-            payload = audits.encode(shifted, generation_id, created, timings, messages=self._audit_messages)
-        if write.begin():
-            self._store.record_shift(
-                store.tenant, audits.generation(shifted, generation_id, created), payload
-            )
-            if shifted.request.chat_id:  # its next shift starts from this prompt
-                store.keep_prompt(
-                    shifted.request.chat_id, (generation_id, created), shifted.result.as_previous()
-                )
-            if write.end():  # the call was cancelled while this wrote
-                self._mark_cancelled(store.tenant, generation_id)
+        done: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
+        self._write(shifted, store, generation_id, write, UNCHECKED, done)
+        _, outcome = await done
+        if outcome is not None:
+            raise outcome
 
     def _mark_cancelled(self, tenant: str, generation_id: str) -> None:
         """A generation whose ShiftContext call was cancelled after its audit was written: its
@@ -375,8 +547,11 @@ class ContextShiftService:
 
     async def DeleteChat(self, request: pb.DeleteChatRequest) -> pb.DeleteChatResponse:
         _checked(rules.violations(request))
-        tenant = current_tenant()
-        deleted = await self._on_thread(functools.partial(self._store.delete_chat, tenant, request.chat_id))
+        store = TenantStore(self._store, current_tenant(), self._caches)
+        deleted = await self._on_thread(
+            functools.partial(self._store.delete_chat, store.tenant, request.chat_id)
+        )
+        store.forget_prompt(request.chat_id)
         if deleted:
             metrics.record_deleted_chats("request")
         return pb.DeleteChatResponse(deleted=deleted)

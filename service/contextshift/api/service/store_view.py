@@ -12,8 +12,17 @@ from typing import Any, Protocol, TypeVar, cast
 
 from contextshift import calibration
 from contextshift.api.service import audits, model_configs
-from contextshift.api.service.read_cache import ReadCache
-from contextshift.audit.store import ModelConfig, Role, Store, StoredBlock, StoreUnavailable
+from contextshift.api.service.read_cache import CacheMiss, ReadCache
+from contextshift.audit.store import (
+    AuditKey,
+    ModelConfig,
+    Role,
+    Store,
+    StoredAudit,
+    StoredBlock,
+    StoreUnavailable,
+    audit_key,
+)
 from contextshift.cache_stable import PreviousPrompt
 
 T = TypeVar("T")
@@ -60,38 +69,48 @@ class NoStore:
 NO_STORE = NoStore()
 
 
-# Chats whose last prompt a process keeps decoded, and the largest prompt kept (blocks): a chat's
-# next shift would otherwise decode its last audit (0.3 ms at 200 blocks) to be cache-stable.
-PROMPTS_KEPT = 512
+# Chats whose last prompt a process keeps, and the largest prompt kept (blocks): a chat's next
+# ShiftContext is then made without reading the store (its write checks the chat's audit is still
+# the one it was made against), and a PreviewContext decodes no audit (0.3 ms at 200 blocks).
+PROMPTS_KEPT = 1024
 PROMPT_BLOCKS_KEPT = 2000
 
 
 @dataclass(frozen=True)
 class Caches:
     """A process's caches of store reads: model configurations and calibrations (for
-    `store_cache_seconds`), and the chats' last prompts (valid while the chat's audit is the same
-    generation, so kept without a time limit)."""
+    `store_cache_seconds`), and the chats' last prompts with the audit each is of (valid while the
+    chat's audit is that one, so kept without a time limit)."""
 
     models: ReadCache
     prompts: ReadCache = field(default_factory=lambda: ReadCache(math.inf, PROMPTS_KEPT))
 
 
 class TenantStore:
-    """The store as one tenant's shifts read it (`convert.StoreView`), timing the reads. Model
+    """The store as one tenant's shifts read it (`shifts.StoreView`), timing the reads. Model
     configurations and calibrations go through the process's `Caches`; with `cached_only`, a read
     the cache does not hold raises `CacheMiss` instead of touching the store (a shift on the event
-    loop)."""
+    loop). With `previous`, the chat's last prompt is that one, not read."""
 
-    def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tenant: str,
+        caches: Caches,
+        *,
+        cached_only: bool = False,
+        previous: PreviousPrompt | None = None,
+    ) -> None:
         self.store = store
         self.tenant = tenant
         self.caches = caches
         self.cached_only = cached_only
+        self.previous = previous
         self.read_seconds = 0.0
 
     def cached(self) -> TenantStore:
         """This view for a shift on the event loop: the cache only, never the store."""
-        return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
+        return TenantStore(self.store, self.tenant, self.caches, cached_only=True, previous=self.previous)
 
     def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
         timed = None if self.cached_only else lambda: self._timed(read)
@@ -114,21 +133,43 @@ class TenantStore:
         return self._timed(lambda: self.store.history(self.tenant, chat_id, profile))
 
     def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
-        stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
-        if stored is None:
-            return None
-        generation = (stored.generation.generation_id, stored.generation.created_ms)
-        kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
-        if kept is not None and kept[0] == generation:
-            return cast(PreviousPrompt, kept[1])
-        prompt = audits.previous_prompt(stored)
-        self.keep_prompt(chat_id, generation, prompt)
-        return prompt
+        if self.previous is not None:
+            return self.previous
+        return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id)))[1]
 
-    def keep_prompt(self, chat_id: str, generation: tuple[str, int], prompt: PreviousPrompt) -> None:
-        """Keeps a chat's last prompt, the one its audit of `generation` (id, created) records."""
+    def prompt_of(self, chat_id: str, stored: StoredAudit | None) -> tuple[AuditKey | None, PreviousPrompt]:
+        """The prompt the chat's audit `stored` records (from the process's memory when it holds
+        that audit's), and which audit that is; an empty one for none."""
+        if stored is None:
+            return None, PreviousPrompt()
+        key = audit_key(stored.generation)
+        kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
+        if kept is not None and kept[0] == key:
+            return key, cast(PreviousPrompt, kept[1])
+        prompt = audits.previous_prompt(stored)
+        self.keep_prompt(chat_id, key, prompt)
+        return key, prompt
+
+    def last_prompt(self, chat_id: str) -> tuple[AuditKey | None, PreviousPrompt]:
+        """The chat's last prompt and which audit it is of: as this process last wrote or read it
+        (a ShiftContext is made against it, and its write checks that the chat's audit is still
+        that one), else read from the store."""
+        kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
+        if kept is not None:
+            return kept[0], cast(PreviousPrompt, kept[1])
+        if self.cached_only:
+            raise CacheMiss(chat_id)
+        return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id)))
+
+    def keep_prompt(self, chat_id: str, key: AuditKey, prompt: PreviousPrompt) -> None:
+        """Keeps a chat's last prompt, the one its audit `key` records."""
         if len(prompt.kept) + len(prompt.excluded) <= PROMPT_BLOCKS_KEPT:
-            self.caches.prompts.put(("prompt", self.tenant, chat_id), (generation, prompt))
+            self.caches.prompts.put(("prompt", self.tenant, chat_id), (key, prompt))
+        else:
+            self.forget_prompt(chat_id)
+
+    def forget_prompt(self, chat_id: str) -> None:
+        self.caches.prompts.drop(("prompt", self.tenant, chat_id))
 
     def factor(self, model: str | None) -> float:
         if not model:
