@@ -80,7 +80,7 @@ test-python: build-dev $(GO_TOOLS)
 
 test: lint test-rust test-python
 
-benchmark: build-dev
+benchmark: build-dev $(GO_TOOLS)
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick)
 
 # Fuzzing (fuzz/, cargo-fuzz): each target on a corpus grown in fuzz/corpus from the committed seeds

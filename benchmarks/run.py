@@ -8,7 +8,8 @@ generated regression corpus (benchmarks/facts.py), the prompt prefix changes by 
 (benchmarks/hysteresis.py), every local strategy beside truncate (benchmarks/strategies.py), the
 end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo-bytes and echo at 48
 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
-with and without its audit, SQLite and PostgreSQL), the bytes one audit of a 48 KiB chat takes in
+with and without its audit, SQLite and PostgreSQL), the serving table (benchmarks/ghz_bench.py:
+ghz at concurrency 1, 8 and 32, with and without chat ids, beside the bytes echo), the bytes one audit of a 48 KiB chat takes in
 the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
@@ -46,6 +47,7 @@ from benchmarks import (  # noqa: E402
     audit_bench,
     counting,
     facts,
+    ghz_bench,
     grpc_bench,
     hysteresis,
     memory_bench,
@@ -271,6 +273,8 @@ def main() -> int:
     grpc_bench.main(args.quick)
     print()
     audit_bench.main(args.quick)
+    print()
+    ghz_bench.main(args.quick)  # the serving table: ghz, with and without chat ids, by store and workers
     print()
     store_bytes.main(args.quick)  # what one audit of a 48 KiB chat takes in the store
     print()

@@ -82,15 +82,21 @@ def record(chat_id: str, generation_id: str = "") -> ShiftRecord:
     return ShiftRecord("", generation(generation_id or f"g-{chat_id}", chat_id=chat_id), chat_id.encode())
 
 
+def held_first(store: HeldStore, tmp_path: Path, expected: int) -> tuple[GroupWriter, Calls]:
+    """A writer storing chat "a"'s record, held in its transaction: what is written next queues."""
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = expected
+    store.hold()
+    writer.write(lambda: record("a"), calls.done("a"))
+    assert store.entered.wait(10)
+    return writer, calls
+
+
 def test_records_queued_during_a_commit_go_together_and_each_call_is_told_after_it(
     store: HeldStore, tmp_path: Path
 ) -> None:
-    writer = GroupWriter(store)
-    calls = Calls(tmp_path / "store.db")
-    calls.expected = 9
-    store.hold()
-    writer.write(lambda: record("first"), calls.done("first"))
-    assert store.entered.wait(10)  # the first group is being stored: the others queue
+    writer, calls = held_first(store, tmp_path, 9)
     for i in range(8):
         writer.write(lambda i=i: record(f"c{i}"), calls.done(f"c{i}"))
     store.release.set()
@@ -104,12 +110,7 @@ def test_records_queued_during_a_commit_go_together_and_each_call_is_told_after_
 def test_one_records_failure_is_its_own(store: HeldStore, tmp_path: Path) -> None:
     store.record_shift("", generation("taken", chat_id="other"), b"x")
     store.groups.clear()
-    writer = GroupWriter(store)
-    calls = Calls(tmp_path / "store.db")
-    calls.expected = 3
-    store.hold()
-    writer.write(lambda: record("a"), calls.done("a"))
-    assert store.entered.wait(10)
+    writer, calls = held_first(store, tmp_path, 3)
 
     def broken() -> ShiftRecord:
         raise ValueError("cannot encode")
@@ -130,13 +131,8 @@ def test_one_records_failure_is_its_own(store: HeldStore, tmp_path: Path) -> Non
 def test_a_store_that_cannot_serve_fails_the_group_and_the_writer_goes_on(
     store: HeldStore, tmp_path: Path
 ) -> None:
-    writer = GroupWriter(store)
-    calls = Calls(tmp_path / "store.db")
-    calls.expected = 2
     store.fail_with = StoreUnavailable("the store is down")
-    store.hold()
-    writer.write(lambda: record("a"), calls.done("a"))
-    assert store.entered.wait(10)
+    writer, calls = held_first(store, tmp_path, 2)
     writer.write(lambda: record("b"), calls.done("b"))
     store.release.set()
     assert calls.all_told.wait(10)
@@ -154,12 +150,7 @@ def writer_threads() -> set[threading.Thread]:
 
 def test_close_stores_what_is_queued_then_stops(store: HeldStore, tmp_path: Path) -> None:
     others = writer_threads()  # earlier tests' writers, never closed
-    writer = GroupWriter(store)
-    calls = Calls(tmp_path / "store.db")
-    calls.expected = 4
-    store.hold()
-    writer.write(lambda: record("a"), calls.done("a"))
-    assert store.entered.wait(10)
+    writer, calls = held_first(store, tmp_path, 4)
     for chat_id in "bcd":
         writer.write(lambda chat_id=chat_id: record(chat_id), calls.done(chat_id))
     store.release.set()
