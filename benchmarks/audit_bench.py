@@ -16,7 +16,8 @@ of JSON); audited calls cycle over 64 chats per client, so most replace a chat's
   (a profile may name a model): from the process's read cache, on the event loop, once read; on the
   `sqlite/uncached` server (`--store-cache-seconds 0`) from the store on an engine thread every
   time, the cost the cache saves;
-- `shift+audit`: with a `chat_id`: on a thread, and its audit written before the reply.
+- `shift+audit`: with a `chat_id`: on the event loop once the process holds the chat's last prompt,
+  and its audit written by the process's group writer before the reply.
 
 Target (issue 9): the audit adds at most 30% to the p50 of ShiftContext on SQLite (`shift+audit`
 against `shift`).
