@@ -37,11 +37,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from benchmarks import grpc_bench  # noqa: E402
 from benchmarks.hysteresis import whole_conversations  # noqa: E402
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2  # noqa: E402
-from tests.integration.conftest import start_server  # noqa: E402
+from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
 from tests.postgres_cluster import running_cluster  # noqa: E402
 
 GHZ = Path(sys.executable).parent / "ghz"
@@ -187,6 +190,13 @@ def _measure_server(
     return measured
 
 
+def _reshifts(server: ServerProcess) -> float:
+    """The server's contextshift_reshifts_total, over its workers."""
+    text = httpx.get(f"{server.http_url}/metrics", timeout=10).text
+    families = text_string_to_metric_families(text)
+    return sum(s.value for f in families for s in f.samples if s.name == "contextshift_reshifts_total")
+
+
 def _row(slices: Slices) -> dict[str, Any]:
     ordered = sorted(slices.latencies)
 
@@ -232,6 +242,8 @@ def run(quick: bool) -> list[dict[str, Any]]:
                             1 if quick else ROUNDS,
                             0.5 if quick else SLICE_SECONDS,
                         )
+                        # Audited calls made again: the chat written by the other worker since.
+                        reshifts = _reshifts(server)
                     finally:
                         server.terminate()
                     for (rpc, kib, concurrency), slices in measured.items():
@@ -244,6 +256,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                                 "rpc": rpc,
                             }
                             | _row(slices)
+                            | ({"server_reshifts": reshifts} if rpc == "shift+chat" else {})
                         )
     return rows
 
@@ -298,6 +311,16 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
                 f"{share:.0%} of unaudited ({sqlite['calls_per_s']:.0f}); p50 {audited['p50_ms']:.2f} ms = "
                 f"{p50:.2f}x ({sqlite['p50_ms']:.2f}){targets}"
             )
+    for store in ("sqlite", "postgresql"):
+        for workers in sorted({r["workers"] for r in rows}):
+            chats = [
+                r for r in rows if (r["store"], r["workers"], r["rpc"]) == (store, workers, "shift+chat")
+            ]
+            if chats:
+                findings.append(
+                    f"{store}, {workers} worker(s): {chats[0]['server_reshifts']:.0f} audited calls made again "
+                    f"(their chat written by another worker since), of {sum(r['calls'] for r in chats)} counted"
+                )
     for workers in sorted({r["workers"] for r in rows}):
         sqlite = _find(rows, store="sqlite", workers=workers, rpc="shift+chat", **at)
         postgres = _find(rows, store="postgresql", workers=workers, rpc="shift+chat", **at)

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from test_grpc_inline import CountingExecutor
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
@@ -127,6 +128,10 @@ def test_a_warm_chat_is_shifted_on_the_event_loop_without_reading_the_store(
     asyncio.run(scenario())
 
 
+def reshifts_counted() -> float:
+    return REGISTRY.get_sample_value("contextshift_reshifts_total") or 0.0
+
+
 def test_a_chat_another_process_shifted_is_shifted_again_against_the_stored_audit(
     executor: CountingExecutor, store: CountingStore
 ) -> None:
@@ -144,7 +149,9 @@ def test_a_chat_another_process_shifted_is_shifted_again_against_the_stored_audi
         assert await previewed(stale, "d", 25) != expected  # the test tells the two apart
         store.records.clear()
         store.outcomes.clear()
+        reshifts = reshifts_counted()
         assert await shifted(a, "c", 25, "a3") == expected
+        assert reshifts_counted() == reshifts + 1  # counted for operators
         # Its first write found b's audit and changed nothing; the second, made on it, stored.
         first, second = store.outcomes
         assert isinstance(first, AuditChanged) and first.current is not None

@@ -165,6 +165,11 @@ CHATS_DELETED = Counter(
     "Chats deleted, by what deleted them: request (DeleteChat), retention (chat_retention_days).",
     ["by"],
 )
+RESHIFTS = Counter(
+    "contextshift_reshifts",
+    "ShiftContext calls of a chat made again because their write found the chat's audit changed "
+    "since the prompt they were made against (another worker or replica shifted the chat).",
+)
 STORE_READ_SECONDS = 10.0
 
 
@@ -303,6 +308,10 @@ def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
 
 def record_budget_exceeded(method: str) -> None:
     _child(BUDGET_EXCEEDED, method).inc()
+
+
+def record_reshift() -> None:
+    RESHIFTS.inc()
 
 
 def record_deleted_chats(by: str, count: int = 1) -> None:
