@@ -168,6 +168,29 @@ def test_two_replicas_serve_any_chat(tmp_path: Path, url: str) -> None:
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
+def test_a_chat_shifted_by_turns_on_two_replicas_is_made_again_against_the_others_audit(
+    tmp_path: Path, url: str
+) -> None:
+    """Each replica keeps the chat's last prompt it wrote; the one that wrote last before the other
+    finds, in its write's transaction, that the chat's audit changed, and makes the shift again
+    (counted): the chat's audit is always the last answered shift's."""
+    backend = url.partition(":")[0]
+    with (
+        servers(tmp_path, url) as (a, b),
+        grpc.insecure_channel(a.address) as to_a,
+        grpc.insecure_channel(b.address) as to_b,
+    ):
+        sent: set[str] = set()
+        for tag, channel in (("a1", to_a), ("a2", to_a), ("b1", to_b), ("a3", to_a)):
+            sent.add(tag)
+            assert stub(channel).ShiftContext(shift_request("turns", tag), timeout=10).generation_id == tag
+            audit = stub(to_b).GetContextAudit(pb.GetContextAuditRequest(chat_id="turns"), timeout=10).audit
+            assert audit.generation_id == tag
+            check_audit(audit, "turns", sent)
+        assert value(scrape(a), "contextshift_reshifts_total", backend=backend) == 1  # a3, made on a2
+        assert value(scrape(b), "contextshift_reshifts_total", backend=backend) == 0  # b1 read a2
+
+
 SERVICE = "/contextshift.v1.ContextShiftService/"
 
 

@@ -168,7 +168,8 @@ CHATS_DELETED = Counter(
 RESHIFTS = Counter(
     "contextshift_reshifts",
     "ShiftContext calls of a chat made again because their write found the chat's audit changed "
-    "since the prompt they were made against (another worker or replica shifted the chat).",
+    "since the prompt they were made against (another worker or replica shifted the chat), by backend.",
+    ["backend"],
 )
 STORE_READ_SECONDS = 10.0
 
@@ -310,8 +311,8 @@ def record_budget_exceeded(method: str) -> None:
     _child(BUDGET_EXCEEDED, method).inc()
 
 
-def record_reshift() -> None:
-    RESHIFTS.inc()
+def record_reshift(backend: str) -> None:
+    _child(RESHIFTS, backend).inc()
 
 
 def record_deleted_chats(by: str, count: int = 1) -> None:

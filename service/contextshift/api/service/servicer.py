@@ -351,7 +351,7 @@ class ContextShiftService:
                 if outcome is not None:
                     raise outcome
                 return shifted
-            metrics.record_reshift()
+            metrics.record_reshift(self._store.dialect)
             last = functools.partial(_prompt_of, chat_id, outcome.current)
         raise AssertionError("not reached: the last try writes unchecked")
 
