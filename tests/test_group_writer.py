@@ -6,6 +6,9 @@ in its first write by the test so that the next records queue behind it."""
 
 from __future__ import annotations
 
+import multiprocessing
+import queue
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -157,3 +160,25 @@ def test_close_stores_what_is_queued_then_stops(store: HeldStore, tmp_path: Path
     writer.close()  # returns once its thread stopped
     assert calls.all_told.is_set() and set(calls.told.values()) == {None}
     assert writer_threads() == others
+
+
+def test_a_forked_process_starts_its_own_writer_thread(store: HeldStore, tmp_path: Path) -> None:
+    """A child forked after its parent's writer started inherits the writer but not its thread:
+    its first write starts its own (else its records would wait forever in the queue)."""
+    writer = GroupWriter(store)
+    calls = Calls(tmp_path / "store.db")
+    calls.expected = 1
+    writer.write(lambda: record("parent"), calls.done("parent"))
+    assert calls.all_told.wait(10) and calls.told["parent"] is None
+
+    def child() -> None:
+        told: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        writer.write(lambda: record("child"), told.put)
+        sys.exit(0 if told.get(timeout=10) is None else 1)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(30)
+    assert process.exitcode == 0
+    assert calls.reader.audit("", "child") is not None
+    writer.close()

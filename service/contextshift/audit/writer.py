@@ -19,20 +19,23 @@ import os
 import queue
 import threading
 from collections.abc import Callable
+from typing import TypeGuard
 
-from contextshift.audit.store import ShiftRecord, Store, StoreError
+from contextshift.audit.store import ShiftRecord, Store
 
 log = logging.getLogger("contextshift.store")
 
 # Records one transaction takes at most (the calls a process has in flight are bounded anyway).
 MAX_GROUP = 256
-# A record, or the error that kept it from being stored.
-Outcome = StoreError | Exception | None
+# None: the record is stored; else why not (a StoreError, or what making the record raised).
+Outcome = Exception | None
 
 
 # What a call hands the writer: how to make its record, and whom to tell.
 _Queued = tuple[Callable[[], ShiftRecord | None], Callable[[Outcome], None]]
 _STOP = None
+# A writer thread, and the id of the process that started it.
+_Started = tuple[int, threading.Thread]
 
 
 class GroupWriter:
@@ -42,32 +45,31 @@ class GroupWriter:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._thread: tuple[int, threading.Thread] | None = None
-        self._started_in = 0  # the process whose thread runs (read without the lock on each write)
+        self._lock = threading.Lock()  # held to start or stop the thread
+        # Replaced whole, so one read of it without the lock (on each write) is consistent.
+        self._thread: _Started | None = None
 
     def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[Outcome], None]) -> None:
         """Stores the record `make()` gives, on the writer thread, in the next group; then calls
         `done` there with None (stored) or why not (a StoreError, or what `make` raised). When
         `make` returns None (its call gave up before the write) nothing is stored, and `done` is
         not called."""
-        if self._started_in != os.getpid():
+        if not _started_here(self._thread):
             self._start()
         self._queue.put((make, done))
 
     def _start(self) -> None:
         with self._lock:
-            if self._thread is None or self._thread[0] != os.getpid():
+            if not _started_here(self._thread):
                 thread = threading.Thread(target=self._run, name="contextshift-writer", daemon=True)
                 thread.start()
                 self._thread = (os.getpid(), thread)
-                self._started_in = os.getpid()
 
     def close(self) -> None:
         """Stores what is queued, then stops the thread (the store may close after)."""
         with self._lock:
-            thread, self._thread, self._started_in = self._thread, None, 0
-        if thread is not None and thread[0] == os.getpid():
+            thread, self._thread = self._thread, None
+        if _started_here(thread):
             self._queue.put(_STOP)
             thread[1].join()
 
@@ -102,6 +104,12 @@ class GroupWriter:
             outcomes = [e] * len(made)
         for (_, item), outcome in zip(made, outcomes, strict=True):
             _settle(item, outcome)
+
+
+def _started_here(started: _Started | None) -> TypeGuard[_Started]:
+    """Whether `started` is this process's writer thread: a forked child inherits its parent's
+    pair but not the thread, and starts its own."""
+    return started is not None and started[0] == os.getpid()
 
 
 def _settle(item: _Queued, outcome: Outcome) -> None:
