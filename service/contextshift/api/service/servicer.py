@@ -32,6 +32,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from google.rpc import code_pb2
@@ -132,6 +133,18 @@ def _prompt_of(
     chat_id: str, stored: StoredAudit | None, view: TenantStore
 ) -> tuple[AuditKey | None, PreviousPrompt]:
     return view.prompt_of(chat_id, stored)
+
+
+@dataclass(frozen=True, slots=True)
+class _ShiftContextCall:
+    """One ShiftContext call: what its shift and its write need, handed down whole."""
+
+    read: pb.ShiftContextRequest
+    blocks_json: bytes
+    store: TenantStore  # as the caller's tenant sees it
+    generation_id: str  # the request's, else a new one
+    write: audits.AuditWrite  # whether its audit may still be written (see its doc)
+    size: int  # of the encoded request
 
 
 class _Wakeups:
@@ -303,50 +316,42 @@ class ContextShiftService:
         with it."""
         read, blocks_json, store = self._read_shift(request, pb.ShiftContextRequest)
         _checked(rules.id_violations("generation_id", read.generation_id, required=False))
-        generation_id = read.generation_id or ids.uuid7()
-        write = audits.AuditWrite()
+        call = _ShiftContextCall(
+            read, blocks_json, store, read.generation_id or ids.uuid7(), audits.AuditWrite(), len(request)
+        )
         try:
             if read.chat_id:
-                shifted = await self._shift_chat(read, blocks_json, store, generation_id, write, len(request))
+                shifted = await self._shift_chat(call)
             else:
-                shifted = await self._shift_cached(read, blocks_json, store, len(request))
-                await self._written(shifted, store, generation_id, write)
+                shifted = await self._shift_cached(read, blocks_json, store, call.size)
+                if audits.stores_generation(shifted):
+                    await self._written(shifted, call)
         except asyncio.CancelledError:
-            if write.cancel():  # written, but the reply will not be sent
+            if call.write.cancel():  # written, but the reply will not be sent
                 with contextlib.suppress(RuntimeError):  # unless the server is stopping
-                    self._executor.submit(self._mark_cancelled, store.tenant, generation_id)
+                    self._executor.submit(self._mark_cancelled, store.tenant, call.generation_id)
             raise
         self._report_stats(shifted)
-        head = pb.ShiftContextResponse(generation_id=generation_id).SerializeToString()
+        head = pb.ShiftContextResponse(generation_id=call.generation_id).SerializeToString()
         return engine.encode_pieces(
             [head, (pb.ShiftContextResponse.PLAN_FIELD_NUMBER, shifted.plan.pieces())]
         )
 
-    async def _shift_chat(
-        self,
-        read: pb.ShiftContextRequest,
-        blocks_json: bytes,
-        store: TenantStore,
-        generation_id: str,
-        write: audits.AuditWrite,
-        size: int,
-    ) -> shifts.Shifted[pb.ShiftContextRequest]:
+    async def _shift_chat(self, call: _ShiftContextCall) -> shifts.Shifted[pb.ShiftContextRequest]:
         """A ShiftContext of a chat, made against the chat's last prompt as this process knows it
         (else read from the store), and written with the check that the chat's audit is still
         the one that prompt is of. When another worker or replica shifted the chat meanwhile, the
         write changes nothing and hands back the chat's audit as it is: the shift is made again
         against that, and the last try writes unchecked (the last write wins, as two calls of one
         chat at once can only)."""
-        chat_id = read.chat_id
+        read, chat_id = call.read, call.read.chat_id
         last = functools.partial(_last_prompt, chat_id)
         # On the event loop when small, and when this process holds the chat's last prompt and
         # what the request reads of a model; a stored history is read on a thread.
-        inline = None if read.use_stored_history else self._inline_bytes(read, size)
+        inline = None if read.use_stored_history else self._inline_bytes(read, call.size)
         for attempt in range(SHIFT_TRIES):
             checked = attempt < SHIFT_TRIES - 1
-            shifted, outcome = await self._shift_and_write(
-                read, blocks_json, store, generation_id, write, inline, last, checked
-            )
+            shifted, outcome = await self._shift_and_write(call, inline, last, checked)
             if not isinstance(outcome, AuditChanged):
                 if outcome is not None:
                     raise outcome
@@ -357,11 +362,7 @@ class ContextShiftService:
 
     async def _shift_and_write(
         self,
-        read: pb.ShiftContextRequest,
-        blocks_json: bytes,
-        store: TenantStore,
-        generation_id: str,
-        write: audits.AuditWrite,
+        call: _ShiftContextCall,
         inline: int | None,
         last: Callable[[TenantStore], tuple[AuditKey | None, PreviousPrompt]],
         checked: bool,
@@ -374,24 +375,24 @@ class ContextShiftService:
 
         def shift_then_write(view: TenantStore) -> None:
             made_on, view.previous = last(view)
-            shifted = shifts.shift(read, blocks_json, self._defaults, view)
-            self._write(shifted, view, generation_id, write, made_on if checked else UNCHECKED, done)
+            shifted = shifts.shift(call.read, call.blocks_json, self._defaults, view)
+            self._write(shifted, call, view, made_on if checked else UNCHECKED, done)
 
         def on_thread() -> None:
             try:
-                shift_then_write(store)
+                shift_then_write(call.store)
             except BaseException as e:
                 _settle_soon(done, error=e)
 
-        profile = (read.profile, read.model)
+        profile = (call.read.profile, call.read.model)
         small = self._small(inline)
         if small and profile in self._served_profiles:
             try:
-                shift_then_write(store.cached())
+                shift_then_write(call.store.cached())
                 return await done
             except CacheMiss:  # a read this process does not hold: on a thread
                 pass
-        (self._shift_executor(read) or self._executor).submit(on_thread)
+        (self._shift_executor(call.read) or self._executor).submit(on_thread)
         written = await done
         if small and len(self._served_profiles) < MAX_SERVED_PROFILES:
             self._served_profiles.add(profile)
@@ -400,23 +401,19 @@ class ContextShiftService:
     def _write(
         self,
         shifted: shifts.Shifted[pb.ShiftContextRequest],
+        call: _ShiftContextCall,
         view: TenantStore,
-        generation_id: str,
-        write: audits.AuditWrite,
         made_on: AuditKey | Unchecked | None,
         done: asyncio.Future[Written],
     ) -> None:
-        """Hands what a shift stores to the group writer (from the event loop or a thread); `done`
-        gets the shift and its outcome once it is stored (or why not). With a chat: its generation
-        and audit (encoded on the writer thread); without one: its generation when
-        FinishGeneration can calibrate with it, else nothing."""
-        if not audits.stores_generation(shifted):
-            _settle_soon(done, (shifted, None))
-            return
-        chat_id, created = shifted.request.chat_id, now_ms()
+        """Hands what a shift stores to the group writer (from the event loop or a thread), read
+        through `view`; `done` gets the shift and its outcome once it is stored (or why not). With
+        a chat: its generation and audit (encoded on the writer thread); without one: its
+        generation (only called when `audits.stores_generation`)."""
+        chat_id, created, generation_id = shifted.request.chat_id, now_ms(), call.generation_id
 
         def record() -> ShiftRecord | None:
-            if not write.begin():  # the call was cancelled: nothing to write
+            if not call.write.begin():  # the call was cancelled: nothing to write
                 return None
             payload = None
             if chat_id:
@@ -434,7 +431,7 @@ class ContextShiftService:
             if outcome is None:
                 if chat_id:  # its next shift is made against this prompt
                     view.keep_prompt(chat_id, (generation_id, created), shifted.result.as_previous())
-                if write.end():  # the call was cancelled while this was written
+                if call.write.end():  # the call was cancelled while this was written
                     with contextlib.suppress(RuntimeError):  # unless the server is stopping
                         self._executor.submit(self._mark_cancelled, view.tenant, generation_id)
             _settle_soon(done, (shifted, outcome))
@@ -442,17 +439,11 @@ class ContextShiftService:
         self._writer.write(record, written)
 
     async def _written(
-        self,
-        shifted: shifts.Shifted[pb.ShiftContextRequest],
-        store: TenantStore,
-        generation_id: str,
-        write: audits.AuditWrite,
+        self, shifted: shifts.Shifted[pb.ShiftContextRequest], call: _ShiftContextCall
     ) -> None:
-        """`_write` from the event loop, and its outcome (at once when nothing is stored)."""
-        if not audits.stores_generation(shifted):
-            return
+        """`_write` of a shift without a chat, from the event loop, and its outcome."""
         done: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
-        self._write(shifted, store, generation_id, write, UNCHECKED, done)
+        self._write(shifted, call, call.store, UNCHECKED, done)
         _, outcome = await done
         if outcome is not None:
             raise outcome
