@@ -25,7 +25,6 @@ against `shift`).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 import os
@@ -40,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 
 from benchmarks import grpc_bench  # noqa: E402
+from benchmarks.output import Column, command, print_table, publish  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
 from tests.integration.conftest import start_server  # noqa: E402
 from tests.postgres_cluster import running_cluster  # noqa: E402
@@ -103,12 +103,19 @@ def run(clients: int, rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
+TABLE = (
+    Column("store", "store", 16),
+    Column("rpc", "rpc", 12),
+    Column("calls", "calls", 7),
+    Column("p50 ms", "p50_ms", 8, ".2f"),
+    Column("p99 ms", "p99_ms", 8, ".2f"),
+    Column("QPS", "qps", 8, ".0f"),
+)
+
+
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(f"{'store':>16} {'rpc':>12} {'calls':>7} {'p50 ms':>8} {'p99 ms':>8} {'QPS':>8}")
-    for r in rows:
-        print(
-            f"{r['store']:>16} {r['rpc']:>12} {r['calls']:>7} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['qps']:8.0f}"
-        )
+    """Prints the rows' table; returns the findings."""
+    print_table(TABLE, rows)
     findings = []
     for store in ("sqlite", "sqlite/uncached", "postgresql"):
         plain, with_model, audited = (
@@ -132,8 +139,6 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
         f"read cache: a shift reading a model, p50 {uncached['p50_ms']:.2f} -> {cached['p50_ms']:.2f} ms, "
         f"QPS x{cached['qps'] / uncached['qps']:.2f}"
     )
-    for line in findings:
-        print(line)
     return findings
 
 
@@ -143,11 +148,9 @@ def main(quick: bool = False) -> int:
         f"ShiftContext with and without its audit: {grpc_bench.MESSAGES} messages, {size / 1024:.1f} KiB of JSON"
     )
     rows = run(clients=2, rounds=1 if quick else 6)
-    grpc_bench.save("audit", rows, report(rows))
+    publish("audit", rows, report(rows))
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: one round instead of six")
-    raise SystemExit(main(parser.parse_args().quick))
+    command(main, __doc__, "smoke run: one round instead of six")

@@ -23,7 +23,6 @@ most 1.5x `echo-bytes`'s (1 and 2 workers). Judged at concurrency 8 (and reporte
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -40,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from benchmarks import grpc_bench  # noqa: E402
 from benchmarks.hysteresis import whole_conversations  # noqa: E402
+from benchmarks.output import Column, command, print_table, publish  # noqa: E402
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2  # noqa: E402
 from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
@@ -269,16 +268,23 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
+TABLE = (
+    Column("store", "store", 10),
+    Column("workers", "workers", 7),
+    Column("KiB", "kib", 4),
+    Column("conc", "concurrency", 4),
+    Column("rpc", "rpc", 10),
+    Column("calls/s", "calls_per_s", 8, ".0f"),
+    Column("p50 ms", "p50_ms", 7, ".2f"),
+    Column("p95 ms", "p95_ms", 7, ".2f"),
+    Column("p99 ms", "p99_ms", 7, ".2f"),
+    Column("errors", "errors", 6),
+)
+
+
 def report(rows: list[dict[str, Any]]) -> list[str]:
-    print(
-        f"{'store':>10} {'workers':>7} {'KiB':>4} {'conc':>4} {'rpc':>10} {'calls/s':>8} {'p50 ms':>7}"
-        f" {'p95 ms':>7} {'p99 ms':>7} {'errors':>6}"
-    )
-    for r in rows:
-        print(
-            f"{r['store']:>10} {r['workers']:>7} {r['kib']:>4} {r['concurrency']:>4} {r['rpc']:>10}"
-            f" {r['calls_per_s']:8.0f} {r['p50_ms']:7.2f} {r['p95_ms']:7.2f} {r['p99_ms']:7.2f} {r['errors']:>6}"
-        )
+    """Prints the rows' table; returns the findings."""
+    print_table(TABLE, rows)
     findings = []
     errors = sum(r["errors"] for r in rows)
     findings.append(f"calls that failed: {errors}: {_verdict(errors == 0)}")
@@ -348,8 +354,6 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
                     f"{kib} KiB, {workers} worker(s): shift p50 {ratio:.2f}x echo-bytes "
                     f"({shift['p50_ms']:.2f} / {echo['p50_ms']:.2f} ms) {target}"
                 )
-    for line in findings:
-        print(line)
     return findings
 
 
@@ -359,14 +363,9 @@ def main(quick: bool = False) -> int:
     rows = run(quick)
     findings = report(rows)
     findings.append(f"{load} before the run, " + "{:.2f}, {:.2f}, {:.2f} after".format(*os.getloadavg()))
-    print(findings[-1])
-    grpc_bench.save("ghz", rows, findings)
+    publish("ghz", rows, findings)
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--quick", action="store_true", help="smoke run: concurrency 8, one worker, short slices"
-    )
-    raise SystemExit(main(parser.parse_args().quick))
+    command(main, __doc__, "smoke run: concurrency 8, one worker, short slices")

@@ -20,7 +20,6 @@ own time for each shift, and the shift's own time in it, are the medians of its 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import multiprocessing
@@ -38,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import grpc  # noqa: E402
 
+from benchmarks import output  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2, echo_service_pb2_grpc  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
@@ -244,22 +244,13 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
     return findings
 
 
-def save(name: str, rows: list[dict[str, Any]], findings: list[str]) -> None:
-    """benchmarks/results/<name>.json: the rows (each with its payload's size) and the findings."""
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps({"rows": rows, "findings": findings}, indent=2))
-
-
 def main(quick: bool = False) -> int:
     sizes = ", ".join(f"{n} messages ({payload_bytes(n) / 1024:.1f} KiB)" for n in SIZES)
     print(f"gRPC ShiftContext vs echo-bytes and echo: {sizes}")
     rows = run([1, 2], clients=2, rounds=1 if quick else 8)
-    save("grpc", rows, report(rows))
+    output.save("grpc", rows, report(rows))
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: one round instead of eight")
-    raise SystemExit(main(parser.parse_args().quick))
+    output.command(main, __doc__, "smoke run: one round instead of eight")

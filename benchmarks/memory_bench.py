@@ -18,7 +18,6 @@ keeps the default bound (64 MiB); --quick sets a 1 MiB bound so its few requests
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import multiprocessing
@@ -36,6 +35,7 @@ import grpc  # noqa: E402
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+from benchmarks import output  # noqa: E402
 from benchmarks.conversation import WORDS  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
 from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
@@ -240,6 +240,4 @@ def main(quick: bool = False) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 3,000 requests, a 1 MiB count cache")
-    raise SystemExit(main(parser.parse_args().quick))
+    output.command(main, __doc__, "smoke run: 3,000 requests, a 1 MiB count cache")

@@ -20,7 +20,6 @@ non-ASCII, drawn at random: it compresses less); and the real one again with
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import grpc  # noqa: E402
 import psycopg  # noqa: E402
 
-from benchmarks import grpc_bench  # noqa: E402
+from benchmarks import grpc_bench, output  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2, context_service_pb2_grpc  # noqa: E402
 from contextshift.audit import open_store  # noqa: E402
 from tests.integration.conftest import start_server  # noqa: E402
@@ -142,11 +141,9 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(quick: bool = False) -> int:
     rows = measure(audits=50 if quick else 400)
-    grpc_bench.save("store_bytes", rows, report(rows))
+    output.save("store_bytes", rows, report(rows))
     return 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="smoke run: 50 audits instead of 400")
-    raise SystemExit(main(parser.parse_args().quick))
+    output.command(main, __doc__, "smoke run: 50 audits instead of 400")
