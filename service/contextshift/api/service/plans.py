@@ -45,15 +45,13 @@ def _decisions(result: ShiftResult) -> bytes:
     if isinstance(result.decisions, engine.Plan):
         return result.decisions.encode_decisions(numbers.KEPT_FIELD_NUMBER, numbers.EXCLUDED_FIELD_NUMBER)
     listed = context_service_pb2.ContextPlan(
-        kept=[
-            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason) for d in result.kept
-        ],
-        excluded=[
-            context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason)
-            for d in result.excluded
-        ],
+        kept=[_decision(d) for d in result.kept], excluded=[_decision(d) for d in result.excluded]
     )
     return listed.SerializeToString()
+
+
+def _decision(d: engine.BlockDecision) -> context_service_pb2.BlockDecision:
+    return context_service_pb2.BlockDecision(id=d.id, tokens=d.tokens, reason=d.reason)
 
 
 def _summary(result: ShiftResult) -> context_service_pb2.SummaryInfo | None:
