@@ -2,7 +2,8 @@
 //! read of it (`Layout`), and `rewrite_block`.
 
 use crate::boundary::{
-    char_cap, guarded, invalid_blocks, json_text, not_a_list, profile_named, InternalError, TokenBudgetExceeded,
+    char_cap, guarded, invalid_blocks, json_text, not_a_list, profile_named, InternalError, JsonText,
+    TokenBudgetExceeded,
 };
 use crate::convert;
 use crate::counting::{retention_of, PyCounts};
@@ -40,7 +41,7 @@ pub(crate) struct PyConversation {
 }
 
 pub(crate) struct JsonSource {
-    pub(crate) text: String,
+    pub(crate) text: JsonText,
     pub(crate) spans: Vec<(usize, usize)>,
 }
 
@@ -48,7 +49,7 @@ impl JsonSource {
     pub(crate) fn block_text(&self, index: usize) -> PyResult<&str> {
         let &(start, len) =
             self.spans.get(index).ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))?;
-        Ok(&self.text[start..start + len])
+        Ok(&self.text.as_str()[start..start + len])
     }
 }
 
@@ -213,7 +214,7 @@ impl PyConversation {
                 .map_err(|e| not_a_list("blocks_json", e))?;
             py.detach(|| {
                 let cap = char_cap(max_block_chars, tool_result_max_chars);
-                let parsed = parse_json_blocks(&text, cap, "blocks_json")?;
+                let parsed = parse_json_blocks(text.as_str(), cap, "blocks_json")?;
                 let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });
@@ -250,22 +251,34 @@ impl PyConversation {
         guarded(|| {
             let json = self.json_source()?;
             let cut_messages = self.cut_messages();
-            let mut out = Vec::with_capacity(json.text.len() + 2);
-            out.push(b'[');
-            for (k, item) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push(b',');
-                }
-                match item {
-                    MessageItem::Json(text) => out.extend_from_slice(text.as_bytes()),
-                    MessageItem::Index(i) => match cut_messages.get(i) {
-                        Some(message) => out.extend_from_slice(message.to_string().as_bytes()),
-                        None => out.extend_from_slice(json.block_text(*i)?.as_bytes()),
+            let cut_texts: HashMap<usize, String> =
+                cut_messages.iter().map(|(&i, message)| (i, message.to_string())).collect();
+            let parts = items
+                .iter()
+                .map(|item| match item {
+                    MessageItem::Json(text) => Ok(text.as_bytes()),
+                    MessageItem::Index(i) => match cut_texts.get(i) {
+                        Some(text) => Ok(text.as_bytes()),
+                        None => json.block_text(*i).map(str::as_bytes),
                     },
+                })
+                .collect::<PyResult<Vec<&[u8]>>>()?;
+            // Written straight into the bytes object: the kept text is copied once.
+            let len = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().max(1) + 1;
+            PyBytes::new_with(py, len, |out| {
+                out[0] = b'[';
+                let mut at = 1;
+                for (k, part) in parts.iter().enumerate() {
+                    if k > 0 {
+                        out[at] = b',';
+                        at += 1;
+                    }
+                    out[at..at + part.len()].copy_from_slice(part);
+                    at += part.len();
                 }
-            }
-            out.push(b']');
-            Ok(PyBytes::new(py, &out))
+                out[at] = b']';
+                Ok(())
+            })
         })
     }
 

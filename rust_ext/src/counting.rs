@@ -212,7 +212,7 @@ pub(crate) fn count_tools(py: Python<'_>, tools: &Bound<'_, PyAny>, profile: &st
         let profile = profile_named(py, profile)?;
         let invalid = |description| InvalidTools::new_err((vec![(field.to_owned(), description)],));
         let parsed = match json_text(tools).map_err(invalid)? {
-            Some(text) => py.detach(|| parse_json_tools(&text, field)),
+            Some(text) => py.detach(|| parse_json_tools(text.as_str(), field)),
             None => parse_tools(&convert::sequence(tools).map_err(invalid)?, field),
         };
         let tools = parsed.map_err(|violations| InvalidTools::new_err((field_pairs(violations),)))?;
