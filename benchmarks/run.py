@@ -9,7 +9,8 @@ generated regression corpus (benchmarks/facts.py), the prompt prefix changes by 
 end-to-end gRPC benchmark (benchmarks/grpc_bench.py: ShiftContext vs echo-bytes and echo at 48
 and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
 with and without its audit, SQLite and PostgreSQL), the serving table (benchmarks/ghz_bench.py:
-ghz at concurrency 1, 8 and 32, with and without chat ids, beside the bytes echo), the bytes one audit of a 48 KiB chat takes in
+ghz at concurrency 1, 8 and 32, with and without chat ids, beside the bytes echo), where an audited
+call's CPU goes (benchmarks/audit_cost.py: the servicer in process), the bytes one audit of a 48 KiB chat takes in
 the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
@@ -45,6 +46,7 @@ sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 import contextshift  # noqa: E402
 from benchmarks import (  # noqa: E402
     audit_bench,
+    audit_cost,
     counting,
     facts,
     ghz_bench,
@@ -275,6 +277,8 @@ def main() -> int:
     audit_bench.main(args.quick)
     print()
     ghz_bench.main(args.quick)  # the serving table: ghz, with and without chat ids, by store and workers
+    print()
+    audit_cost.main(args.quick)  # where an audited call's CPU goes (in process, no gRPC)
     print()
     store_bytes.main(args.quick)  # what one audit of a 48 KiB chat takes in the store
     print()
