@@ -21,7 +21,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -38,7 +38,7 @@ from prometheus_client import (
 )
 
 from contextshift import profiles
-from contextshift.audit.store import Store, StoreError, StoreFull
+from contextshift.audit.store import ShiftRecord, Store, StoreError, StoreFull
 from contextshift.diagnostics import Diagnostic, is_fallback
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
@@ -262,6 +262,7 @@ def _added(now: int, before: int) -> int:
 
 
 M = TypeVar("M", Counter, Gauge, Histogram)
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=4096)  # label values are few: RPCs, routes, statuses, strategies, events
@@ -331,6 +332,21 @@ def observe_store(operation: str) -> Iterator[None]:
         _child(STORE_LATENCY, operation).observe(time.perf_counter() - start)
 
 
+def _timed(name: str, operation: Callable[..., T]) -> Callable[..., T]:
+    """`operation` timed under `name`, its refusals for want of room counted."""
+
+    @functools.wraps(operation)
+    def timed(*args: Any, **kwargs: Any) -> T:
+        with observe_store(name):
+            try:
+                return operation(*args, **kwargs)
+            except StoreFull as e:
+                _child(STORE_REFUSALS, e.cause.value).inc()
+                raise
+
+    return timed
+
+
 class _TimedStore:
     """A store whose every call is timed into contextshift_store_operation_duration_seconds, under
     the method's name (audit, record_shifts, finish, history, ...), and whose refusals for want of
@@ -339,27 +355,23 @@ class _TimedStore:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        self._record_shifts = _timed("record_shifts", store.record_shifts)
+
+    def record_shifts(self, records: Sequence[ShiftRecord]) -> list[StoreError | None]:
+        """Timed as every call; the group's size observed, and the refusals among its outcomes
+        counted."""
+        _child(STORE_GROUPS, self._store.dialect).observe(len(records))
+        outcomes = self._record_shifts(records)
+        for outcome in outcomes:
+            if isinstance(outcome, StoreFull):
+                _child(STORE_REFUSALS, outcome.cause.value).inc()
+        return outcomes
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
         if not callable(attribute):
             return attribute
-
-        @functools.wraps(attribute)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if name == "record_shifts":
-                _child(STORE_GROUPS, self._store.dialect).observe(len(args[0]))
-            with observe_store(name):
-                try:
-                    result = attribute(*args, **kwargs)
-                except StoreFull as e:
-                    _child(STORE_REFUSALS, e.cause.value).inc()
-                    raise
-            for outcome in result if name == "record_shifts" else ():
-                if isinstance(outcome, StoreFull):
-                    _child(STORE_REFUSALS, outcome.cause.value).inc()
-            return result
-
+        timed = _timed(name, attribute)
         setattr(self, name, timed)  # wrapped once: __getattr__ runs only for names not yet set
         return timed
 
