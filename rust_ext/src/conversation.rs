@@ -250,9 +250,8 @@ impl PyConversation {
     fn messages_json<'py>(&self, py: Python<'py>, items: Vec<MessageItem<'py>>) -> PyResult<Bound<'py, PyBytes>> {
         guarded(|| {
             let json = self.json_source()?;
-            let cut_messages = self.cut_messages();
             let cut_texts: HashMap<usize, String> =
-                cut_messages.iter().map(|(&i, message)| (i, message.to_string())).collect();
+                self.cuts.iter().map(|c| (c.index, c.message.to_string())).collect();
             let parts = items
                 .iter()
                 .map(|item| match item {
