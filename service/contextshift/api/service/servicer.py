@@ -70,6 +70,7 @@ from contextshift.budget import Budget
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.calibration import ALPHA, Calibration
 from contextshift.errors import FieldViolation
+from contextshift.result import ShiftResult
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
@@ -133,6 +134,13 @@ def _prompt_of(
     chat_id: str, stored: StoredAudit | None, view: TenantStore
 ) -> tuple[AuditKey | None, PreviousPrompt]:
     return view.prompt_of(chat_id, stored)
+
+
+def _as_previous(result: ShiftResult) -> PreviousPrompt:
+    """`result.as_previous()`, short of the kept blocks' list when it left nothing out: a next
+    shift carries only what its previous prompt left out (`cache_stable.carried`), so such a
+    prompt is the empty one, and the decisions of a chat within its budget are never built."""
+    return result.as_previous() if result.excluded_count else PreviousPrompt()
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,7 +438,7 @@ class ContextShiftService:
         def written(outcome: Outcome) -> None:
             if outcome is None:
                 if chat_id:  # its next shift is made against this prompt
-                    view.keep_prompt(chat_id, (generation_id, created), shifted.result.as_previous())
+                    view.keep_prompt(chat_id, (generation_id, created), _as_previous(shifted.result))
                 if call.write.end():  # the call was cancelled while this was written
                     with contextlib.suppress(RuntimeError):  # unless the server is stopping
                         self._executor.submit(self._mark_cancelled, view.tenant, generation_id)
