@@ -424,6 +424,7 @@ def test_bad_input_gets_its_documented_status(channel: grpc.Channel) -> None:
         ("GetContextAudit", pb.GetContextAuditRequest(), "chat_id"),
         ("GetContextAudit", pb.GetContextAuditRequest(chat_id=long_id), "chat_id"),
         ("GetContextAudit", pb.GetContextAuditRequest(chat_id="a\x00b"), "chat_id"),
+        ("GetContextAudit", pb.GetContextAuditRequest(chat_id="a\x9fb"), "chat_id"),  # C1
         ("DeleteChat", pb.DeleteChatRequest(), "chat_id"),
         ("DeleteChat", pb.DeleteChatRequest(chat_id=long_id), "chat_id"),
         ("AppendBlocks", pb.AppendBlocksRequest(chat_id=chat_id), "blocks"),
