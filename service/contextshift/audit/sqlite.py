@@ -134,6 +134,9 @@ class SqliteStore(SqlStore):
         self._synchronous = synchronous
         self._busy_timeout_ms = busy_timeout_ms
         self._wal_path = Path(f"{path}-wal")
+        # Made once: every write asks the disk under it for its free space (a Path made and turned
+        # into a str per write cost as much as the statvfs itself).
+        self._folder = path.parent
         self._page_bytes: int | None = None
         self._max_bytes = max_bytes
         self._reserve_bytes = reserve_bytes
@@ -167,7 +170,7 @@ class SqliteStore(SqlStore):
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._folder.mkdir(parents=True, exist_ok=True)
             # Autocommit: every transaction is begun explicitly. One thread at a time uses it;
             # `close` closes it from another, after every user stopped.
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -220,7 +223,7 @@ class SqliteStore(SqlStore):
         truncated, giving back to the disk all it took but the pages the database keeps. (Left
         alone, the WAL grows until the next automatic checkpoint, 1000 pages, and keeps its size
         after, eating the room a deletion made.)"""
-        free, wal = self._disk_free(self.path.parent), _file_bytes(self._wal_path)
+        free, wal = self._disk_free(self._folder), _file_bytes(self._wal_path)
         if not wal or free - self._reserve_bytes >= wal:
             return free, wal
         connection.execute(f"PRAGMA busy_timeout = {FOLD_BUSY_TIMEOUT_MS}")
@@ -230,7 +233,7 @@ class SqliteStore(SqlStore):
             pass  # readers held it back, or the disk has no room for it: the claim sees what is left
         finally:
             connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-        return self._disk_free(self.path.parent), _file_bytes(self._wal_path)
+        return self._disk_free(self._folder), _file_bytes(self._wal_path)
 
     def _claim(self, connection: sqlite3.Connection, claims: _Room, nbytes: int) -> None:
         """Grants `nbytes` more of room to the write in progress on `connection` (on top of what it
@@ -254,7 +257,7 @@ class SqliteStore(SqlStore):
                 why = f"its data takes {_mib(used)} of max_store_bytes {_mib(self._max_bytes or 0)}"
             else:
                 why = (
-                    f"the disk under it ({self.path.parent}) has {_mib(free)} free, and "
+                    f"the disk under it ({self._folder}) has {_mib(free)} free, and "
                     f"store_reserve_bytes keeps {_mib(self._reserve_bytes)} of it for deletions, "
                     "reports and the journal"
                 )
@@ -280,7 +283,7 @@ class SqliteStore(SqlStore):
 
     def _disk_free_bytes(self) -> int | None:
         with self._errors():
-            return self._disk_free(self.path.parent)
+            return self._disk_free(self._folder)
 
     def problems(self) -> list[str]:
         connection = self._connection()
@@ -300,11 +303,9 @@ class SqliteStore(SqlStore):
 
     def _disk_said(self) -> str:
         try:
-            return (
-                f"the disk under it ({self.path.parent}) has {_mib(self._disk_free(self.path.parent))} free"
-            )
+            return f"the disk under it ({self._folder}) has {_mib(self._disk_free(self._folder))} free"
         except OSError as e:
-            return f"the disk under it ({self.path.parent}) cannot say its free space: {e}"
+            return f"the disk under it ({self._folder}) cannot say its free space: {e}"
 
     @contextmanager
     def _errors(self, held_by: Callable[[], FullCause | None] = lambda: None) -> Iterator[None]:
