@@ -92,6 +92,26 @@ def test_a_changed_prefix_plans_afresh_and_says_so() -> None:
     assert again == shift(edited) or excluded(again) == excluded(shift(edited))
 
 
+def test_a_prompt_that_left_nothing_out_carries_nothing() -> None:
+    # So the server keeps such a prompt as the empty one (servicer._as_previous): its kept blocks
+    # change no next shift, whether that shift's blocks still carry them or not.
+    def outcome(result: contextshift.ShiftResult) -> Any:
+        return (
+            [(d.id, d.tokens) for d in result.kept],
+            [(d.id, d.reason) for d in result.excluded],
+            [(d.event, d.source) for d in result.diagnostics],
+            result.prompt_tokens,
+        )
+
+    blocks = chat(2)
+    first = shift(blocks)
+    assert not first.excluded and first.as_previous().kept
+    edited = [dict(b) for b in blocks]
+    edited[1]["content"] = "an edited question " + "word " * 40
+    for turn in (blocks, [*chat(8), {"id": "now", "role": "user", "content": "and?"}], edited):
+        assert outcome(shift(turn, first.as_previous())) == outcome(shift(turn, PreviousPrompt()))
+
+
 def test_a_block_protected_since_stays_and_the_option_turns_it_off() -> None:
     blocks = [*chat(8), {"id": "now", "role": "user", "content": "and?"}]
     first = shift(blocks)
