@@ -161,7 +161,11 @@ def drive(server: ServerProcess, profiles: list[str], requests: int, seconds: fl
 
 def run(requests: int, seconds: float, cache_bytes: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
-        env = {"CONTEXTSHIFT_COUNT_CACHE_BYTES": str(cache_bytes)}
+        # The block cache (blocks read from JSON) gets the same bound, so both are past it.
+        env = {
+            "CONTEXTSHIFT_COUNT_CACHE_BYTES": str(cache_bytes),
+            "CONTEXTSHIFT_BLOCK_CACHE_BYTES": str(cache_bytes),
+        }
         server = start_server(Path(tmp), "--workers", "1", env=env)
         try:
             started = rss_bytes(server.proc.pid)

@@ -1,9 +1,13 @@
 //! The block parser over JSON text: never a crash, and the same blocks, char-cap cuts and
 //! violations whether the text is read onto the reader's tape or into serde_json values (the two
-//! `Node` documents the parser reads; the Python route is a third, covered by the property tests).
+//! `Node` documents the parser reads; the Python route is a third, covered by the property tests),
+//! and whether or not it goes through the block cache (one cache for the whole run, so blocks
+//! stored from one input are found in others).
 #![no_main]
 
-use contextshift_core::json_doc::{parse_json_blocks, read_blocks};
+use contextshift_core::block_cache::{parse_json_blocks_cached, BlockCache};
+use contextshift_core::json_doc::{parse_json_blocks, read_blocks, JsonConversation};
+use contextshift_core::parse::Violation;
 use contextshift_core::parse_conversation;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -22,8 +26,35 @@ fn has_big_integer(value: &Value) -> bool {
     }
 }
 
+/// The block cache gives what a whole read gives, stored or not, under a cap that cuts and one
+/// that does not.
+fn check_cached(text: &str) {
+    static CACHE: std::sync::OnceLock<BlockCache> = std::sync::OnceLock::new();
+    let cache = CACHE.get_or_init(|| BlockCache::new(1 << 20));
+    for cap in [MAX_BLOCK_CHARS, 100_000] {
+        let whole = parse_json_blocks(text, cap, "blocks_json");
+        for _ in 0..2 {
+            same(&parse_json_blocks_cached(text, cap, "blocks_json", cache), &whole, text);
+        }
+    }
+}
+
+fn same(a: &Result<JsonConversation, Vec<Violation>>, b: &Result<JsonConversation, Vec<Violation>>, text: &str) {
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.spans, b.spans, "{text:?}");
+            assert_eq!(a.conversation.blocks, b.conversation.blocks, "{text:?}");
+            assert_eq!(a.conversation.cuts, b.conversation.cuts, "{text:?}");
+            assert_eq!(a.conversation.over_cap, b.conversation.over_cap, "{text:?}");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{text:?}"),
+        _ => panic!("{text:?}: cached {:?}, whole {:?}", a.is_ok(), b.is_ok()),
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    check_cached(text);
     let from_tape = parse_json_blocks(text, MAX_BLOCK_CHARS, "blocks_json");
     if let Ok(parsed) = &from_tape {
         let conversation = &parsed.conversation;

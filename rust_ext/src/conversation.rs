@@ -9,9 +9,9 @@ use crate::convert;
 use crate::counting::{retention_of, PyCounts};
 use crate::decisions::PyPlan;
 use crate::objects::Tupled;
+use contextshift_core::block_cache::{self, parse_json_blocks_cached};
 use contextshift_core::count::BlockCount;
 use contextshift_core::group::tool_use_turns;
-use contextshift_core::json_doc::parse_json_blocks;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
 use contextshift_core::plan::Protection;
 use contextshift_core::relevance::bm25;
@@ -26,12 +26,27 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyTuple};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
+
+/// `(hits, misses, entries, capacity_bytes)` of the process-wide block cache (blocks read from
+/// JSON, looked up by their text).
+#[pyfunction]
+pub(crate) fn block_cache_stats() -> (u64, u64, usize, usize) {
+    let stats = block_cache::global().stats();
+    (stats.hits, stats.misses, stats.entries, stats.capacity_bytes)
+}
+
+/// Sets the block cache's memory bound in bytes, dropping what it holds (0 turns it off).
+#[pyfunction]
+pub(crate) fn configure_block_cache(capacity_bytes: usize) {
+    block_cache::global().configure(capacity_bytes);
+}
 
 /// A parsed request: blocks (after the char cap), the cuts made, the blocks whose reasoning is
 /// over the cap, and the tool-call groups.
 #[pyclass(frozen, module = "contextshift._core", name = "Conversation")]
 pub(crate) struct PyConversation {
-    pub(crate) blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Arc<Block>>,
     pub(crate) cuts: Vec<CharCut>,
     pub(crate) over_cap: Vec<OverCap>,
     pub(crate) groups: Groups,
@@ -165,7 +180,9 @@ impl PyConversation {
     pub(crate) fn selected(&self, indices: &[usize]) -> PyResult<Vec<&Block>> {
         indices
             .iter()
-            .map(|&i| self.blocks.get(i).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range"))))
+            .map(|&i| {
+                self.blocks.get(i).map(|b| &**b).ok_or_else(|| PyValueError::new_err(format!("index {i} out of range")))
+            })
             .collect()
     }
 
@@ -214,7 +231,7 @@ impl PyConversation {
                 .map_err(|e| not_a_list("blocks_json", e))?;
             py.detach(|| {
                 let cap = char_cap(max_block_chars, tool_result_max_chars);
-                let parsed = parse_json_blocks(text.as_str(), cap, "blocks_json")?;
+                let parsed = parse_json_blocks_cached(text.as_str(), cap, "blocks_json", block_cache::global())?;
                 let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });
@@ -310,7 +327,8 @@ impl PyConversation {
             let profile = profile_named(py, profile)?;
             let retention = retention_of(&profile, reasoning)?;
             let Some(known) = known else {
-                let counts = py.detach(|| count_blocks(&profile, &self.blocks.iter().collect::<Vec<_>>()));
+                let counts =
+                    py.detach(|| count_blocks(&profile, &self.blocks.iter().map(|b| &**b).collect::<Vec<_>>()));
                 return Ok(PyCounts::new(profile, retention, &self.blocks, &counts));
             };
             if known.len() > self.blocks.len() {
@@ -333,7 +351,7 @@ impl PyConversation {
             }
             let missing: Vec<usize> = (0..counts.len()).filter(|&i| counts[i].is_none()).collect();
             let counted =
-                py.detach(|| count_blocks(&profile, &missing.iter().map(|&i| &self.blocks[i]).collect::<Vec<_>>()));
+                py.detach(|| count_blocks(&profile, &missing.iter().map(|&i| &*self.blocks[i]).collect::<Vec<_>>()));
             for (&i, count) in missing.iter().zip(counted) {
                 counts[i] = Some(count);
             }

@@ -35,7 +35,12 @@ pub(crate) struct PyCounts {
 }
 
 impl PyCounts {
-    pub(crate) fn new(profile: Arc<Profile>, retention: Retention, blocks: &[Block], counts: &[BlockCount]) -> Self {
+    pub(crate) fn new(
+        profile: Arc<Profile>,
+        retention: Retention,
+        blocks: &[Arc<Block>],
+        counts: &[BlockCount],
+    ) -> Self {
         let n = blocks.len();
         let reasoning_blocks: Vec<usize> = (0..n).filter(|&i| !blocks[i].reasoning.is_empty()).collect();
         let counted = retention.counted(blocks);
@@ -146,7 +151,7 @@ impl PyCounts {
 /// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
 pub(crate) enum Item<'a> {
     Text(&'a str),
-    Block(Box<Block>),
+    Block(Arc<Block>),
 }
 
 /// Token counts of texts (text tokens) and blocks (block tokens) under one profile, each block
@@ -171,7 +176,7 @@ pub(crate) fn count_items(
             match node.shape() {
                 Shape::Str(text) => parsed.push(Item::Text(text)),
                 Shape::Object => match parse_block(node, i, "items") {
-                    Ok(block) => parsed.push(Item::Block(Box::new(block))),
+                    Ok(block) => parsed.push(Item::Block(Arc::new(block))),
                     Err(v) => violations.extend(v),
                 },
                 other => violations.push(Violation {

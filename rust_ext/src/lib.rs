@@ -20,7 +20,7 @@ mod objects;
 mod wire;
 
 use crate::boundary::guarded;
-use crate::conversation::{rewrite_block, PyConversation, PyLayout};
+use crate::conversation::{block_cache_stats, configure_block_cache, rewrite_block, PyConversation, PyLayout};
 use crate::counting::{
     clear_count_cache, configure_count_cache, count_cache_stats, count_items, count_texts_uncached, count_tools,
     describe_profile, profiles, PyCounts, PyProfileDescription,
@@ -56,6 +56,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(configure_count_cache, m)?)?;
     m.add_function(wrap_pyfunction!(clear_count_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(block_cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(configure_block_cache, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("REASONS", PyTuple::new(m.py(), Reason::ALL.iter().map(|r| r.as_str()))?)?;
     Ok(())

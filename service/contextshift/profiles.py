@@ -272,7 +272,8 @@ def count_tokens(
 
 @dataclass(frozen=True)
 class CacheStats:
-    """The process-wide count cache, shared by every shift and count of this process."""
+    """A process-wide cache (counts, or blocks read from JSON), shared by every shift and count
+    of this process."""
 
     hits: int
     misses: int
@@ -298,4 +299,18 @@ def configure_cache(capacity_bytes: int) -> None:
 
 
 def clear_cache() -> None:
+    """Empties the count cache and the block cache."""
     engine.clear_count_cache()
+
+
+def block_cache_stats() -> CacheStats:
+    """The block cache: blocks read from JSON text, looked up by that text when it comes again."""
+    return CacheStats(*engine.block_cache_stats())
+
+
+def configure_block_cache(capacity_bytes: int) -> None:
+    """Sets the block cache's memory bound (default 64 MiB, or `CONTEXTSHIFT_BLOCK_CACHE_BYTES`
+    at start), dropping what it holds; 0 turns it off."""
+    if capacity_bytes < 0:
+        raise InvalidOptions([("capacity_bytes", f"must be >= 0, got {capacity_bytes}")])
+    engine.configure_block_cache(capacity_bytes)

@@ -293,7 +293,7 @@ mod tests {
             {"role": "assistant", "reasoning_content": "abcd", "meta": {"reasoning_tokens": 500}}
         ]);
         let blocks = crate::parse::parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
-        let refs: Vec<&Block> = blocks.iter().collect();
+        let refs: Vec<&Block> = blocks.iter().map(|b| &**b).collect();
         let h = profile_by_name("heuristic").unwrap();
         let heuristic = [(5, 1), (4, 2), (4, 500)].map(|(base, reasoning)| BlockCount { base, reasoning });
         assert_eq!(count_blocks(&h, &refs), heuristic);

@@ -5,6 +5,7 @@
 use crate::block::{Block, Role};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub struct Groups {
@@ -19,7 +20,7 @@ pub struct Groups {
 }
 
 impl Groups {
-    pub fn build(blocks: &[Block]) -> Groups {
+    pub fn build(blocks: &[Arc<Block>]) -> Groups {
         let n = blocks.len();
         let mut parent: Vec<usize> = (0..n).collect();
         let ids = blocks.iter().map(|b| b.calls.len() + b.result_ids.len()).sum();
@@ -117,7 +118,7 @@ fn union(parent: &mut [usize], a: usize, b: usize) {
 
 /// Where each tool-use turn begins: a run of consecutive assistant blocks (one response's items,
 /// or one message) of which some block calls a tool.
-pub fn tool_use_turns(blocks: &[Block]) -> Vec<usize> {
+pub fn tool_use_turns(blocks: &[Arc<Block>]) -> Vec<usize> {
     let mut starts = Vec::new();
     let mut i = 0;
     while i < blocks.len() {

@@ -5,6 +5,7 @@
 //! The exact behaviour is specified in `docs/semantics.md`.
 
 pub mod block;
+pub mod block_cache;
 #[cfg(feature = "counting")]
 pub mod cache;
 #[cfg(feature = "counting")]
@@ -14,6 +15,7 @@ pub mod counter;
 pub mod group;
 pub mod image;
 pub mod json_doc;
+pub mod json_spans;
 pub mod json_text;
 pub mod parse;
 pub mod plan;

@@ -11,6 +11,7 @@ use crate::json_text::to_json_text;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
 use std::fmt::Write;
+use std::sync::Arc;
 
 /// One node of a JSON-like document, as the parser sees it.
 pub enum Shape<'a> {
@@ -168,7 +169,8 @@ pub struct OverCap {
 
 #[derive(Clone, Debug)]
 pub struct Conversation {
-    pub blocks: Vec<Block>,
+    /// Shared: a block read before is the block cached then (`block_cache`).
+    pub blocks: Vec<Arc<Block>>,
     pub cuts: Vec<CharCut>,
     pub over_cap: Vec<OverCap>,
 }
@@ -233,26 +235,24 @@ pub fn parse_conversation<N: Node>(
                 continue;
             }
         };
-        // Bytes bound code points from above, so most blocks skip the code point count.
-        let max_chars = cap.of(&block);
-        let bytes = block.pieces.iter().map(String::len).sum::<usize>() + block.reasoning_bytes(false);
-        if bytes <= max_chars || block.char_count() <= max_chars {
+        if fits_cap(&block, cap) {
             ids.push((index, Id::Parsed(blocks.len())));
-            blocks.push(block);
+            blocks.push(Arc::new(block));
             continue;
         }
+        let max_chars = cap.of(&block);
         // Reasoning is never cut: the text gets what it leaves, or the block goes whole.
         let reasoning_chars = block.reasoning_chars();
         if reasoning_chars + TRUNCATED_SUFFIX.len() > max_chars {
             over_cap.push(OverCap { index, reasoning_chars, cap: max_chars });
             ids.push((index, Id::Parsed(blocks.len())));
-            blocks.push(block);
+            blocks.push(Arc::new(block));
             continue;
         }
         match cut_block(node, index, list_name, max_chars - reasoning_chars) {
             Ok((cut_block, cut)) => {
                 ids.push((index, Id::Parsed(blocks.len())));
-                blocks.push(cut_block);
+                blocks.push(Arc::new(cut_block));
                 cuts.push(cut);
             }
             Err(v) => {
@@ -270,6 +270,14 @@ pub fn parse_conversation<N: Node>(
     Err(all)
 }
 
+/// Whether `block` is within its char cap (and so goes in as read).
+pub fn fits_cap(block: &Block, cap: CharCap) -> bool {
+    // Bytes bound code points from above, so most blocks skip the code point count.
+    let max_chars = cap.of(block);
+    let bytes = block.pieces.iter().map(String::len).sum::<usize>() + block.reasoning_bytes(false);
+    bytes <= max_chars || block.char_count() <= max_chars
+}
+
 /// A block's id for the duplicate check: of a parsed block, or read from a block that failed.
 enum Id {
     Parsed(usize),
@@ -277,7 +285,7 @@ enum Id {
 }
 
 /// A violation for each block whose id an earlier block has (naming the latest such block).
-fn duplicate_ids(ids: &[(usize, Id)], blocks: &[Block], list_name: &str) -> Vec<Violation> {
+fn duplicate_ids(ids: &[(usize, Id)], blocks: &[Arc<Block>], list_name: &str) -> Vec<Violation> {
     let mut last_index: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(ids.len(), Default::default());
     let mut duplicates = Vec::new();
     for (index, id) in ids {
@@ -1224,7 +1232,7 @@ mod tests {
         ]);
         let cap = CharCap { block: 150, tool_result: 100 };
         let conv = parse_values(values.as_array().unwrap(), cap, "blocks").unwrap();
-        let chars: Vec<usize> = conv.blocks.iter().map(Block::char_count).collect();
+        let chars: Vec<usize> = conv.blocks.iter().map(|b| b.char_count()).collect();
         assert_eq!(chars, [150, 0, 100, 100, 100, 5]);
         assert_eq!(conv.cuts.iter().map(|c| c.index).collect::<Vec<_>>(), [0, 2, 3, 4]);
         assert!(conv.blocks[2].pieces[0].ends_with(TRUNCATED_SUFFIX));

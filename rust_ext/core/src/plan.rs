@@ -4,6 +4,7 @@
 use crate::block::{Block, Kind, Role};
 use crate::group::Groups;
 use crate::repair::{repair_start, Repair};
+use std::sync::Arc;
 
 /// Why a block is protected; decides its kept reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +89,7 @@ fn counts_as_pin(block: &Block) -> bool {
 
 /// Stage 3: the injected pins to drop, oldest first, until pinned tokens are at most `limit`.
 /// The most recent pin always stays.
-pub fn pinned_cap(blocks: &[Block], tokens: &[u64], limit: f64) -> Vec<usize> {
+pub fn pinned_cap(blocks: &[Arc<Block>], tokens: &[u64], limit: f64) -> Vec<usize> {
     let pins: Vec<usize> = (0..blocks.len()).filter(|&i| counts_as_pin(&blocks[i])).collect();
     let mut pinned: u64 = pins.iter().map(|&i| tokens[i]).sum();
     let mut unpinned = Vec::new();
@@ -106,7 +107,7 @@ pub fn pinned_cap(blocks: &[Block], tokens: &[u64], limit: f64) -> Vec<usize> {
 }
 
 /// Protection of every block. `unpinned[i]` marks pins the pinned cap removed.
-pub fn protection(blocks: &[Block], protect_current_input: bool, unpinned: &[bool]) -> Vec<Protection> {
+pub fn protection(blocks: &[Arc<Block>], protect_current_input: bool, unpinned: &[bool]) -> Vec<Protection> {
     let current_input = if protect_current_input { blocks.iter().rposition(|b| b.role == Role::User) } else { None };
     blocks
         .iter()
@@ -144,7 +145,7 @@ pub struct BudgetExceeded {
 }
 
 pub struct PlanInput<'a> {
-    pub blocks: &'a [Block],
+    pub blocks: &'a [Arc<Block>],
     pub tokens: &'a [u64],
     pub groups: &'a Groups,
     pub protection: &'a [Protection],
@@ -167,7 +168,7 @@ impl<'a> PlanInput<'a> {
     /// The input of the plain `truncate` strategy.
     #[allow(clippy::too_many_arguments)]
     pub fn truncate(
-        blocks: &'a [Block],
+        blocks: &'a [Arc<Block>],
         tokens: &'a [u64],
         groups: &'a Groups,
         protection: &'a [Protection],
@@ -311,8 +312,9 @@ mod tests {
     type Decided = Vec<(String, bool, &'static str)>;
 
     /// Block tokens under the heuristic profile (which counts all reasoning).
-    fn heuristic_tokens(blocks: &[Block]) -> Vec<u64> {
-        let counts = count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().collect::<Vec<_>>());
+    fn heuristic_tokens(blocks: &[Arc<Block>]) -> Vec<u64> {
+        let counts =
+            count_blocks(&profile_by_name("heuristic").unwrap(), &blocks.iter().map(|b| &**b).collect::<Vec<_>>());
         counts.iter().map(|c| c.total(true)).collect()
     }
 

@@ -220,10 +220,11 @@ fn loaded() -> std::sync::MutexGuard<'static, HashMap<String, Arc<Profile>>> {
     LOADED.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Empties the count cache and every loaded tokenizer's own memo: the next count of any text is
-/// computed from scratch.
+/// Empties the count cache, the block cache and every loaded tokenizer's own memo: the next
+/// count of any text is computed from scratch, and the next block read from JSON is read.
 pub fn clear_caches() {
     cache::global().clear();
+    crate::block_cache::global().clear();
     for profile in loaded().values() {
         profile.counter.clear_memo();
     }

@@ -2,6 +2,7 @@
 //! (docs/semantics.md §2.1). A profile names its provider's rule; the README lists the sources.
 
 use crate::block::{Block, ReasoningSource, Role};
+use std::sync::Arc;
 
 /// Which reasoning sent back is part of the prompt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,11 +34,11 @@ impl Retention {
     }
 
     /// Per block: whether its reasoning is part of the prompt.
-    pub fn counted(self, blocks: &[Block]) -> Vec<bool> {
+    pub fn counted(self, blocks: &[Arc<Block>]) -> Vec<bool> {
         match self {
             Retention::All => vec![true; blocks.len()],
             Retention::CurrentTurn => {
-                let start = blocks.iter().rposition(starts_turn).map_or(0, |i| i + 1);
+                let start = blocks.iter().rposition(|b| starts_turn(b)).map_or(0, |i| i + 1);
                 (0..blocks.len()).map(|i| i >= start).collect()
             }
             Retention::ToolTurns => {

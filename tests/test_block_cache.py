@@ -1,0 +1,90 @@
+"""The block cache (blocks read from JSON, found again by their text): a shift through it is the
+shift without it, however the history was sent before, and a bad block is refused the same way."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from conversations import conversations, examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import contextshift
+from contextshift import profiles
+
+Block = dict[str, Any]
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache() -> Iterator[None]:
+    bound = profiles.block_cache_stats().capacity_bytes
+    profiles.configure_block_cache(bound)  # empty, counters kept
+    yield
+    profiles.configure_block_cache(bound)
+
+
+def shift(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, bytes]:
+    result = contextshift.shift_context(json.dumps(blocks).encode(), budget=budget)
+    return result, result.messages_json_bytes()
+
+
+def uncached(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, bytes]:
+    bound = profiles.block_cache_stats().capacity_bytes
+    profiles.configure_block_cache(0)
+    try:
+        return shift(blocks, budget)
+    finally:
+        profiles.configure_block_cache(bound)
+
+
+@given(conversations(), st.integers(0, 400), st.sampled_from(["hi", "and now?"]))
+@settings(max_examples=examples(60), deadline=None)
+def test_a_shift_through_the_cache_is_the_shift_without_it(
+    blocks: list[Block], budget: int, said: str
+) -> None:
+    try:
+        expected = uncached(blocks, budget)
+    except contextshift.TokenBudgetExceeded:
+        return
+    assert shift(blocks, budget) == expected  # read, and stored
+    assert shift(blocks, budget) == expected  # found
+    # The next turn: the history found, the new block read.
+    turn = [*blocks, {"id": "next", "role": "user", "content": said}]
+    try:
+        expected = uncached(turn, budget)
+    except contextshift.TokenBudgetExceeded:
+        return
+    assert shift(turn, budget) == expected
+
+
+def test_an_agent_loop_reads_only_what_is_new() -> None:
+    history: list[Block] = [{"id": "sys", "role": "system", "content": "You fix bugs."}]
+    history += [
+        {"id": f"m{i}", "role": ["user", "assistant"][i % 2], "content": f"step {i}"} for i in range(40)
+    ]
+    shift(history, 10_000)
+    before = profiles.block_cache_stats()
+    history.append({"id": "m40", "role": "user", "content": "and the tests?"})
+    shift(history, 10_000)
+    after = profiles.block_cache_stats()
+    # Two blocks probed, then all 42 looked up: 41 found, the new one read.
+    assert (after.hits - before.hits, after.misses - before.misses) == (2 + 41, 1)
+    assert after.entries == 42
+
+
+def test_a_bad_block_among_found_ones_is_refused_as_without_the_cache() -> None:
+    history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i}"} for i in range(12)]
+    shift(history, 1000)
+    for bad in (
+        {"id": "m3", "role": "user", "content": "again"},
+        {"id": "x", "role": "nobody", "content": "?"},
+    ):
+        errors = []
+        for run in (shift, uncached):
+            with pytest.raises(contextshift.InvalidBlocks) as err:
+                run([*history, bad], 1000)
+            errors.append([(v.field, v.description) for v in err.value.violations])
+        assert errors[0] == errors[1] and errors[0]
