@@ -1,5 +1,8 @@
 //! The parsed form of one block: only what counting, grouping and planning need.
 
+use std::fmt;
+use std::sync::OnceLock;
+
 /// Who speaks. `developer` is read as `System`; Responses items without a role take it from
 /// their type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +126,42 @@ pub struct Reasoning {
     pub opaque: Strings,
 }
 
+/// A block's token count (base, reasoning) under the first profile that counted it, keyed by the
+/// profile's cache salt: a block shared through the block cache is counted once, not once per
+/// request. Not part of what the block is: every memo compares equal, and a clone starts empty.
+#[derive(Default)]
+pub struct CountMemo(OnceLock<(u128, u64, u64)>);
+
+impl CountMemo {
+    /// The count stored under `salt`.
+    pub fn get(&self, salt: u128) -> Option<(u64, u64)> {
+        self.0.get().filter(|(s, _, _)| *s == salt).map(|&(_, base, reasoning)| (base, reasoning))
+    }
+
+    /// Stores a count unless one (of any profile) is there.
+    pub fn set(&self, salt: u128, base: u64, reasoning: u64) {
+        let _ = self.0.set((salt, base, reasoning));
+    }
+}
+
+impl Clone for CountMemo {
+    fn clone(&self) -> Self {
+        CountMemo::default()
+    }
+}
+
+impl PartialEq for CountMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for CountMemo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("CountMemo")
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Block {
     /// The given id, or `#<index>` when the block has none.
@@ -148,6 +187,7 @@ pub struct Block {
     /// `meta.reasoning_tokens`: the tokens the provider reported for this block's reasoning,
     /// counted instead of its text.
     pub reasoning_tokens: Option<u64>,
+    pub counted: CountMemo,
 }
 
 impl Block {

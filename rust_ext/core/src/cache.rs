@@ -13,7 +13,7 @@
 //! used generation first.
 
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_128_with_seed};
 
@@ -29,6 +29,7 @@ pub const DEFAULT_CAPACITY_BYTES: usize = 64 << 20;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Texts found, and blocks whose whole count was found in their memo.
     pub hits: u64,
     pub misses: u64,
     pub entries: usize,
@@ -49,6 +50,8 @@ impl CacheStats {
 pub struct CountCache {
     shards: Vec<Mutex<Shard>>,
     capacity_bytes: AtomicUsize,
+    /// Blocks whose count came from their memo (`count::count_blocks`): hits of whole blocks.
+    memo_hits: AtomicU64,
 }
 
 /// Two generations of entries: lookups try `current`, then `previous` (moving a hit into
@@ -137,6 +140,19 @@ impl CountCache {
             // The maps grow as entries arrive; nothing of the bound is allocated up front.
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::with_capacity(capacity_bytes))).collect(),
             capacity_bytes: AtomicUsize::new(capacity_bytes),
+            memo_hits: AtomicU64::new(0),
+        }
+    }
+
+    /// Whether counts are cached (a zero bound turns the cache, and the blocks' memos, off).
+    pub fn enabled(&self) -> bool {
+        self.capacity_bytes.load(Ordering::Relaxed) > 0
+    }
+
+    /// Counts `n` blocks whose count came from their memo among the hits.
+    pub fn add_memo_hits(&self, n: usize) {
+        if n > 0 {
+            self.memo_hits.fetch_add(n as u64, Ordering::Relaxed);
         }
     }
 
@@ -249,11 +265,15 @@ impl CountCache {
         for shard in &self.shards {
             lock(shard).clear();
         }
+        self.memo_hits.store(0, Ordering::Relaxed);
     }
 
     pub fn stats(&self) -> CacheStats {
-        let mut stats =
-            CacheStats { capacity_bytes: self.capacity_bytes.load(Ordering::Relaxed), ..CacheStats::default() };
+        let mut stats = CacheStats {
+            capacity_bytes: self.capacity_bytes.load(Ordering::Relaxed),
+            hits: self.memo_hits.load(Ordering::Relaxed),
+            ..CacheStats::default()
+        };
         for shard in &self.shards {
             let shard = lock(shard);
             stats.hits += shard.hits;

@@ -1,6 +1,7 @@
 //! Block and text token counts, in parallel once a batch holds enough text to pay for it.
 
 use crate::block::Block;
+use crate::cache;
 use crate::json_text::to_json_text;
 use crate::profile::{Profile, ToolRule};
 use crate::tools::Tool;
@@ -158,11 +159,34 @@ pub fn batch<T: Sync, R: Send>(
     }
 }
 
-/// Tokens of each block, in order. Takes references so a caller can count any selection.
+/// Tokens of each block, in order. Takes references so a caller can count any selection. While
+/// the count cache is on, a block counted before under this profile (one found in the block cache)
+/// takes its count from its memo, and a block counted now leaves one.
 pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     if !profile.uses_cache() {
         return batch(profile, blocks, |b| b.text_bytes(), |b| block_count(profile, b));
     }
+    if !cache::global().enabled() {
+        return count_blocks_cached(profile, blocks);
+    }
+    let salt = profile.salt();
+    let mut counts: Vec<Option<BlockCount>> =
+        blocks.iter().map(|b| b.counted.get(salt).map(|(base, reasoning)| BlockCount { base, reasoning })).collect();
+    let missing: Vec<&Block> = blocks.iter().zip(&counts).filter(|(_, c)| c.is_none()).map(|(b, _)| *b).collect();
+    cache::global().add_memo_hits(blocks.len() - missing.len());
+    if !missing.is_empty() {
+        let mut fresh = count_blocks_cached(profile, &missing).into_iter();
+        for (block, count) in blocks.iter().zip(&mut counts).filter(|(_, c)| c.is_none()) {
+            let found = fresh.next().expect("one count per block missing");
+            block.counted.set(salt, found.base, found.reasoning);
+            *count = Some(found);
+        }
+    }
+    counts.into_iter().map(|c| c.expect("every block counted")).collect()
+}
+
+/// `count_blocks` through the count cache, text by text.
+fn count_blocks_cached(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     // Fewer blocks make smaller batches, so a few large blocks counted cold still spread over
     // the pool (sizing batches by their text instead reads every block once more: slower).
     let per_batch = (blocks.len() / (4 * rayon::current_num_threads())).clamp(1, LOOKUP_BATCH);
@@ -206,6 +230,7 @@ mod tests {
             manual_excluded: false,
             reasoning: Vec::new(),
             reasoning_tokens: None,
+            counted: Default::default(),
         }
     }
 

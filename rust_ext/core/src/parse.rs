@@ -6,7 +6,7 @@
 //! for Python objects, so dict blocks are read in place with no intermediate copy and both
 //! routes share one parser.
 
-use crate::block::{Block, Image, Kind, Reasoning, ReasoningSource, Role, Strings, ToolCall};
+use crate::block::{Block, CountMemo, Image, Kind, Reasoning, ReasoningSource, Role, Strings, ToolCall};
 use crate::json_text::to_json_text;
 use rustc_hash::FxHashMap;
 use serde_json::Value;
@@ -585,6 +585,7 @@ impl Reader {
             manual_excluded: meta.manual_excluded,
             reasoning: parts.reasoning,
             reasoning_tokens: meta.reasoning_tokens,
+            counted: CountMemo::default(),
         }
     }
 

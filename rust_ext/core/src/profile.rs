@@ -157,6 +157,11 @@ impl Profile {
         cache::global().get_or_count_many(self.salt, &keys, texts, |t| self.counter.count(t))
     }
 
+    /// What keys this profile's entries in the count cache and block count memos.
+    pub fn salt(&self) -> u128 {
+        self.salt
+    }
+
     /// Whether counts go through the count cache (the counter is far slower than hashing).
     pub fn uses_cache(&self) -> bool {
         self.counter.cacheable()
