@@ -1,6 +1,7 @@
 //! Readers of `blocks_json` side by side, in one run: contextshift's own (a strict single-pass
 //! reader onto a tape, with each block's span), the same tape written by serde_json's lexer, and
-//! the parsers the reader could be built on instead. Each reads the same
+//! the parsers the reader could be built on instead, and the block cache's scan and its blocks
+//! found (the cache filled by the warm-up call). Each reads the same
 //! documents: the shipped examples/support-chat.json, its blocks repeated with fresh ids to about
 //! 48 KiB (the gRPC benchmark's size) and to 10k blocks.
 //!
@@ -9,10 +10,13 @@
 
 mod serde_tape;
 
+use contextshift_core::block_cache::{parse_json_blocks_cached, BlockCache};
 use contextshift_core::json_doc::{parse_json_blocks, read_blocks};
+use contextshift_core::json_spans::object_spans;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::hint::black_box;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const EXAMPLE: &str = include_str!("../../../examples/support-chat.json");
@@ -80,8 +84,20 @@ const CONTENDERS: &[Contender] = &[
         let mut bytes = text.as_bytes().to_vec();
         black_box(simd_json::to_borrowed_value(&mut bytes).expect("valid"));
     }),
+    ("contextshift: each block's span by structure (json_spans)", |text| {
+        black_box(object_spans(text).expect("an array of objects"));
+    }),
     ("contextshift: blocks (parse_json_blocks)", |text| {
         black_box(parse_json_blocks(text, 50_000, "blocks_json").expect("valid"));
+    }),
+    ("contextshift: blocks, none found: read and stored (a new cache)", |text| {
+        let cache = BlockCache::new(1 << 30);
+        black_box(parse_json_blocks_cached(text, 50_000, "blocks_json", &cache).expect("valid"));
+    }),
+    ("contextshift: blocks, all found in the block cache", |text| {
+        static CACHE: OnceLock<BlockCache> = OnceLock::new();
+        let cache = CACHE.get_or_init(|| BlockCache::new(1 << 30)); // the warm-up call fills it
+        black_box(parse_json_blocks_cached(text, 50_000, "blocks_json", cache).expect("valid"));
     }),
 ];
 

@@ -154,8 +154,10 @@ pub fn parse_json_blocks_cached(
     cache: &BlockCache,
 ) -> Result<JsonConversation, Vec<Violation>> {
     let cap = cap.into();
-    // A request larger than a generation would only push out what others left, and itself.
-    if text.len() > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
+    // A request whose blocks cost more than half a generation (their text, twice: the parsed
+    // form's overhead is about as much again for chat-sized blocks) would push out what others
+    // left and then itself, and be read whole every time with the cost of filling on top.
+    if text.len() * 4 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
         return parse_json_blocks(text, cap, field);
     }
     // A request whose first blocks are new is read whole, without a scan of its own (the same
@@ -196,6 +198,10 @@ fn read_whole(text: &str, cap: CharCap, field: &str, cache: &BlockCache) -> Resu
     changed.extend(conv.over_cap.iter().map(|o| o.index));
     let storable: Vec<usize> =
         (0..conv.blocks.len()).filter(|&i| !changed.contains(&i) && !named_by_place(&conv.blocks[i], i)).collect();
+    let cost = text.len() + storable.len() * ENTRY_OVERHEAD;
+    if cost * 2 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
+        return Ok(parsed); // many small blocks: as above
+    }
     let spans: Vec<Span> = storable.iter().map(|&i| parsed.spans[i]).collect();
     let keys = keys(text, &spans);
     cache.put_many(storable.iter().zip(keys).map(|(&i, key)| (key, Arc::clone(&conv.blocks[i]), parsed.spans[i].1)));
@@ -331,17 +337,32 @@ mod tests {
 
     #[test]
     fn the_bound_holds_and_zero_turns_the_cache_off() {
-        let cache = BlockCache::new(4 * (ENTRY_OVERHEAD + 80));
-        let text = chat(50);
-        for _ in 0..3 {
-            same(
-                &parse_json_blocks_cached(&text, 1000, "blocks", &cache).unwrap(),
-                &parse_json_blocks(&text, 1000, "blocks").unwrap(),
-            );
-            assert!(cache.stats().entries <= 4);
+        // A generation holds about 20 blocks; each chat has 4.
+        let cache = BlockCache::new(2 * 20 * (ENTRY_OVERHEAD + 70));
+        let chats: Vec<String> = (0..30).map(|c| chat(4).replace("\"id\":\"m", &format!("\"id\":\"c{c}m"))).collect();
+        for text in &chats {
+            for _ in 0..2 {
+                same(
+                    &parse_json_blocks_cached(text, 1000, "blocks", &cache).unwrap(),
+                    &parse_json_blocks(text, 1000, "blocks").unwrap(),
+                );
+            }
+            assert!(cache.stats().entries <= 2 * 20, "{:?}", cache.stats());
         }
+        let before = cache.stats();
+        parse_json_blocks_cached(&chats[29], 1000, "blocks", &cache).unwrap();
+        assert_eq!(cache.stats().hits - before.hits, 2 + 4, "the latest chat is still there");
+        // A request too large for the bound is read whole and stores nothing.
+        let large = chat(400);
+        let entries = cache.stats().entries;
+        same(
+            &parse_json_blocks_cached(&large, 1000, "blocks", &cache).unwrap(),
+            &parse_json_blocks(&large, 1000, "blocks").unwrap(),
+        );
+        assert_eq!(cache.stats().entries, entries);
+        let text = &chats[0];
         cache.configure(0);
-        parse_json_blocks_cached(&text, 1000, "blocks", &cache).unwrap();
+        parse_json_blocks_cached(text, 1000, "blocks", &cache).unwrap();
         assert_eq!(cache.stats().entries, 0);
         cache.clear();
         assert_eq!(cache.stats(), BlockCacheStats::default());
