@@ -279,21 +279,18 @@ impl PyConversation {
                     },
                 })
                 .collect::<PyResult<Vec<&[u8]>>>()?;
-            // Written straight into the bytes object: the kept text is copied once.
+            // Written straight into the bytes object, sized once and not zeroed first: the kept
+            // text is copied once.
             let len = parts.iter().map(|p| p.len()).sum::<usize>() + parts.len().max(1) + 1;
-            PyBytes::new_with(py, len, |out| {
-                out[0] = b'[';
-                let mut at = 1;
+            PyBytes::new_with_writer(py, len, |out| {
+                out.write_bytes(b"[")?;
                 for (k, part) in parts.iter().enumerate() {
                     if k > 0 {
-                        out[at] = b',';
-                        at += 1;
+                        out.write_bytes(b",")?;
                     }
-                    out[at..at + part.len()].copy_from_slice(part);
-                    at += part.len();
+                    out.write_bytes(part)?;
                 }
-                out[at] = b']';
-                Ok(())
+                out.write_bytes(b"]")
             })
         })
     }
