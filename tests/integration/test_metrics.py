@@ -182,6 +182,8 @@ def test_count_cache_lookups_and_hit_ratio(fresh: ServerProcess) -> None:
         shift_context(TEXT, budget=100_000, profile="o200k_base")
     expected = profiles.cache_stats()
     assert expected.hits and expected.misses
+    blocks = profiles.block_cache_stats()  # the second shift found the first's blocks
+    assert blocks.hits and blocks.misses
 
     stub = context_service_pb2_grpc.ContextShiftServiceStub(grpc.insecure_channel(fresh.address))
     for _ in range(2):
@@ -195,6 +197,8 @@ def test_count_cache_lookups_and_hit_ratio(fresh: ServerProcess) -> None:
     assert value(samples, "contextshift_count_cache_lookups_total", result="miss") == expected.misses
     (ratio,) = [v for (name, _), v in samples.items() if name == "contextshift_count_cache_hit_ratio"]
     assert ratio == pytest.approx(expected.hit_ratio)
+    (ratio,) = [v for (name, _), v in samples.items() if name == "contextshift_block_cache_hit_ratio"]
+    assert ratio == pytest.approx(blocks.hit_ratio)
 
 
 def test_two_workers_add_up_and_nothing_says_what_was_sent(tmp_path: Path) -> None:

@@ -1027,6 +1027,14 @@ mod tests {
         check_against_serde_json("[\"\\ud83d");
     }
 
+    /// Found by the fuzzer: serde_json (with `raw_value`) reads an object keyed by its private
+    /// marker as a raw value and refuses it with a data error where the reader sees a syntax error.
+    #[test]
+    fn fuzz_serde_json_raw_value_marker_is_not_compared() {
+        check_against_serde_json(r#"[{"id": "a", "function": {"$serde_json::private::RawValue": "{\"x\": 1}"}]"#);
+        check_against_serde_json(r#"[{"$serde_json::private::RawValue": 5}]"#);
+    }
+
     #[test]
     fn mutated_documents_agree_with_serde_json() {
         let base: Vec<char> = r#"[{"id": "a\"b", "role": "user", "content": [{"type": "text", "text": "x\u00e9🚲"}],

@@ -103,6 +103,13 @@ COUNT_CACHE_HIT_RATIO = Gauge(
     ["cache"],
     multiprocess_mode="liveall",
 )
+BLOCK_CACHE_HIT_RATIO = Gauge(
+    "contextshift_block_cache_hit_ratio",
+    "Hit ratio of each live worker's block cache (blocks read from JSON, found again by their text) "
+    "since the worker started.",
+    ["cache"],
+    multiprocess_mode="liveall",
+)
 STORE_LATENCY = Histogram(
     "contextshift_store_operation_duration_seconds",
     "Time the audit store takes per operation (e.g. put_audit, get_audit, delete_chat), observed by "
@@ -188,6 +195,7 @@ class _State:
     # The process's count cache counters as last seen, so each call adds only what is new.
     cache_hits: int = 0
     cache_misses: int = 0
+    block_lookups: int = 0  # the block cache's hits + misses as last seen
     store: _WatchedStore | None = None  # what the store's gauges read
 
 
@@ -296,6 +304,10 @@ def record_call(
         _child(COUNT_CACHE_LOOKUPS, "miss").inc(_added(stats.misses, _state.cache_misses))
         _state.cache_hits, _state.cache_misses = stats.hits, stats.misses
         _child(COUNT_CACHE_HIT_RATIO, "count").set(stats.hit_ratio)
+    block_cache = profiles.block_cache_stats()
+    if block_cache.hits + block_cache.misses != _state.block_lookups:
+        _state.block_lookups = block_cache.hits + block_cache.misses
+        _child(BLOCK_CACHE_HIT_RATIO, "block").set(block_cache.hit_ratio)
 
 
 def record_shift(strategy: str, diagnostics: list[Diagnostic]) -> None:
