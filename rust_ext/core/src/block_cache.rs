@@ -137,13 +137,12 @@ impl BlockCache {
 /// The cache every request of this process shares.
 pub fn global() -> &'static BlockCache {
     static CACHE: OnceLock<BlockCache> = OnceLock::new();
-    CACHE.get_or_init(|| {
-        let bytes = std::env::var("CONTEXTSHIFT_BLOCK_CACHE_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CAPACITY_BYTES);
-        BlockCache::new(bytes)
-    })
+    CACHE.get_or_init(|| BlockCache::new(bound_from_env("CONTEXTSHIFT_BLOCK_CACHE_BYTES", DEFAULT_CAPACITY_BYTES)))
+}
+
+/// A cache's memory bound: the environment variable `name` in bytes, else `default`.
+pub(crate) fn bound_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
 }
 
 /// `parse_json_blocks` through `cache`: the same conversation or the same violations.

@@ -293,11 +293,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn global() -> &'static CountCache {
     static CACHE: OnceLock<CountCache> = OnceLock::new();
     CACHE.get_or_init(|| {
-        let bytes = std::env::var("CONTEXTSHIFT_COUNT_CACHE_BYTES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_CAPACITY_BYTES);
-        CountCache::new(bytes)
+        CountCache::new(crate::block_cache::bound_from_env("CONTEXTSHIFT_COUNT_CACHE_BYTES", DEFAULT_CAPACITY_BYTES))
     })
 }
 
