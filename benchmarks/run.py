@@ -21,7 +21,8 @@ and LangChain's trim_messages (benchmarks/trim_contenders.py: same conversations
 rule, and again given the cached shifts' counts by a dict lookup, same budget). Prints a table with
 the ratios, checks the targets of the engine issues (>= 20x the reference and >= 100x trim_messages
 at 10k; with cached counts at 10k and 100k, >= 3x trim_messages given its counts from JSON bytes
-and >= 2x from dicts, 100k blocks under 50 ms; growth from 10k to 100k at most 11x), prints the
+(every decision read, the service's reply, and that reply for a chat's next turn: one block more,
+new bytes each call) and >= 2x from dicts, 100k blocks under 50 ms; growth from 10k to 100k at most 11x), prints the
 peak memory of one shift (benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots
 (benchmarks/plots.py: docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
 Timings are medians of repeated runs; ratios, not absolute times, are what to compare across
@@ -36,7 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ from benchmarks import (  # noqa: E402
 from benchmarks.conversation import generate  # noqa: E402
 from benchmarks.realtext import bench as realtext  # noqa: E402
 from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
-from contextshift import profile_bench  # noqa: E402
+from contextshift import engine, profile_bench  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
 
 CACHED_PROFILE = "o200k_base"
@@ -84,8 +85,23 @@ def shift_dicts(blocks: list[dict[str, Any]], budget: int, profile: str = "heuri
 
 def shift_json(text: bytes, budget: int, profile: str = "heuristic") -> object:
     result = contextshift.shift_context(text, budget=budget, profile=profile)
-    # What a JSON caller (the gRPC service) sends on: the kept blocks' own text.
+    # A library caller reading every decision, and the kept blocks' own text.
     return result.kept, result.excluded, result.messages_json_bytes()
+
+
+def shift_json_sent(text: bytes, budget: int, profile: str) -> object:
+    result = contextshift.shift_context(text, budget=budget, profile=profile)
+    # What the gRPC service sends on: the decisions encoded by the core (no Python object per
+    # block, api/service/plans.py) and the kept blocks' own text.
+    assert isinstance(result.decisions, engine.Plan)
+    return result.decisions.encode_decisions(1, 2), result.messages_json_bytes()
+
+
+def turns(n: int, count: int) -> Iterator[bytes]:
+    """A chat's next `count` requests after `n` blocks, as JSON bytes: each one block longer (the
+    history resent, new bytes every time, as a chat backend sends them)."""
+    longer = generate(n + count)
+    return iter([json.dumps(longer[: n + k], ensure_ascii=False).encode() for k in range(1, count + 1)])
 
 
 def run(sizes: list[int], repeat: int, slow_max: int) -> list[dict[str, Any]]:
@@ -107,6 +123,7 @@ def measure(n: int, repeat: int, slow: bool) -> dict[str, Any]:
     cached_counts = contextshift.count_tokens(blocks, CACHED_PROFILE)
     cached_budget = sum(cached_counts) // 2
     lookup = lookup_counter(messages, cached_counts)
+    chat = turns(n, repeat)
     row: dict[str, Any] = {
         "blocks": len(blocks),
         "json_bytes": len(text),
@@ -116,6 +133,12 @@ def measure(n: int, repeat: int, slow: bool) -> dict[str, Any]:
         "library_json_s": median_seconds(lambda: shift_json(text, budget), repeat),
         "cached_s": median_seconds(lambda: shift_dicts(blocks, cached_budget, CACHED_PROFILE), repeat),
         "cached_json_s": median_seconds(lambda: shift_json(text, cached_budget, CACHED_PROFILE), repeat),
+        "cached_json_sent_s": median_seconds(
+            lambda: shift_json_sent(text, cached_budget, CACHED_PROFILE), repeat
+        ),
+        "turn_json_sent_s": median_seconds(
+            lambda: shift_json_sent(next(chat), cached_budget, CACHED_PROFILE), repeat
+        ),
         "trim_lookup_s": median_seconds(lambda: trim(messages, cached_budget, lookup), repeat),
         "reference_s": None,
         "trim_messages_s": None,
@@ -152,14 +175,22 @@ ROUTES = {
 }
 # Issue #20: the shift from JSON bytes with cached counts against trim_messages given the same
 # counts (3x), from dicts (2x); 100k blocks under 50 ms; growth 10k -> 100k at most 11x.
-VS_LOOKUP = {"cached_json_s": ("JSON bytes", 3.0), "cached_s": ("dicts", 2.0)}
+# From JSON bytes three ways: every decision read as a Python object; the reply the service
+# sends (decisions encoded by the core); that reply for a chat's next turn (one block more, new
+# bytes: the block cache takes the blocks of the bytes it shares with the previous request).
+VS_LOOKUP = {
+    "cached_json_s": ("JSON bytes, decisions read", 3.0),
+    "cached_json_sent_s": ("JSON bytes, the service's reply", 3.0),
+    "turn_json_sent_s": ("JSON bytes, the service's reply, one turn more", 3.0),
+    "cached_s": ("dicts", 2.0),
+}
 CACHED_100K_MS = 50.0
 GROWTH_BOUND = 11.0
 
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
     header = ["blocks", "dicts ms", "json ms", "cached ms", "cached json ms", "reference ms", "vs ref"]
-    header += ["trim ms", "vs trim", "trim lookup ms", "vs lookup"]
+    header += ["trim ms", "vs trim", "trim lookup ms", "vs lookup", "sent ms", "turn sent ms"]
     print("  ".join(f"{h:>14}" for h in header))
     for r in rows:
         cells = (
@@ -174,6 +205,8 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
             _ratio(r["trim_messages_s"], r["library_s"]),
             _ms(r["trim_lookup_s"]),
             _ratio(r["trim_lookup_s"], r["cached_json_s"]),
+            _ms(r["cached_json_sent_s"]),
+            _ms(r["turn_json_sent_s"]),
         )
         print("  ".join(f"{c:>14}" for c in cells))
     findings = []

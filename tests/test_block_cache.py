@@ -70,9 +70,14 @@ def test_an_agent_loop_reads_only_what_is_new() -> None:
     history.append({"id": "m40", "role": "user", "content": "and the tests?"})
     shift(history, 10_000)
     after = profiles.block_cache_stats()
-    # Two blocks probed, then all 42 looked up: 41 found, the new one read.
-    assert (after.hits - before.hits, after.misses - before.misses) == (2 + 41, 1)
+    # The 41 blocks of the previous request's bytes taken as they were read (hits, no lookup),
+    # the new one looked up (a miss) and read.
+    assert (after.hits - before.hits, after.misses - before.misses) == (41, 1)
     assert after.entries == 42
+    # The same request again (a retry): every block taken, nothing looked up nor read.
+    shift(history, 10_000)
+    again = profiles.block_cache_stats()
+    assert (again.hits - after.hits, again.misses - after.misses, again.entries) == (42, 0, 42)
 
 
 def test_a_bad_block_among_found_ones_is_refused_as_without_the_cache() -> None:

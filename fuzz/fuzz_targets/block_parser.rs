@@ -5,12 +5,14 @@
 //! stored from one input are found in others).
 #![no_main]
 
-use contextshift_core::block_cache::{parse_json_blocks_cached, BlockCache};
+use contextshift_core::block_cache::{parse_json_blocks_cached, BlockCache, SharedText};
 use contextshift_core::json_doc::{parse_json_blocks, read_blocks, JsonConversation};
+use contextshift_core::json_spans::object_spans;
 use contextshift_core::parse::Violation;
 use contextshift_core::parse_conversation;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Small, so that the char cap's cut-and-rewrite path runs often.
 const MAX_BLOCK_CHARS: usize = 40;
@@ -31,10 +33,25 @@ fn has_big_integer(value: &Value) -> bool {
 fn check_cached(text: &str) {
     static CACHE: std::sync::OnceLock<BlockCache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(|| BlockCache::new(1 << 20));
+    let shared: SharedText = Arc::new(text.to_owned());
+    // The text without its last element first (when it has three or more), as a chat's
+    // previous turn: the text itself then starts with the bytes of a recent request.
+    let shorter = object_spans(text).filter(|spans| spans.len() >= 3).map(|spans| {
+        let (start, len) = spans[spans.len() - 2];
+        format!("{}]", &text[..start + len])
+    });
     for cap in [MAX_BLOCK_CHARS, 100_000] {
+        if let Some(shorter) = &shorter {
+            let whole = parse_json_blocks(shorter, cap, "blocks_json");
+            same(
+                &parse_json_blocks_cached(&(Arc::new(shorter.clone()) as SharedText), cap, "blocks_json", cache),
+                &whole,
+                shorter,
+            );
+        }
         let whole = parse_json_blocks(text, cap, "blocks_json");
         for _ in 0..2 {
-            same(&parse_json_blocks_cached(text, cap, "blocks_json", cache), &whole, text);
+            same(&parse_json_blocks_cached(&shared, cap, "blocks_json", cache), &whole, text);
         }
     }
 }

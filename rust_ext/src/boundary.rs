@@ -40,32 +40,40 @@ pub(crate) fn field_pairs(violations: Vec<Violation>) -> Vec<(String, String)> {
     violations.into_iter().map(|v| (v.field, v.description)).collect()
 }
 
-/// JSON text given as `str` or UTF-8 `bytes`, read in place: the Python object is held, not
-/// copied (a 100k-block request is 32 MB), and read without the GIL.
+/// JSON text given as `str` or `bytes`, read in place: the Python object is held, not copied (a
+/// 100k-block request is 32 MB), and read without the GIL. Its bytes are as given: `checked`
+/// says whether they are UTF-8 (the block reader checks only what it has not seen before).
 pub(crate) enum JsonText {
     Str(PyBackedStr),
-    /// Checked to be UTF-8 when made.
     Bytes(PyBackedBytes),
 }
 
-impl JsonText {
-    pub(crate) fn as_str(&self) -> &str {
+impl AsRef<[u8]> for JsonText {
+    fn as_ref(&self) -> &[u8] {
         match self {
-            JsonText::Str(s) => s,
-            // SAFETY: checked by `json_text` when made, and a Python `bytes` never changes.
-            JsonText::Bytes(b) => unsafe { std::str::from_utf8_unchecked(b) },
+            JsonText::Str(s) => s.as_bytes(),
+            JsonText::Bytes(b) => b,
         }
     }
 }
 
-/// `text` as JSON text when it is a `str` or UTF-8 `bytes` (None for anything else), or what is
-/// wrong with it.
+impl JsonText {
+    /// The text, or where it is not UTF-8 (a `str` always is).
+    pub(crate) fn checked(&self) -> Result<&str, String> {
+        match self {
+            JsonText::Str(s) => Ok(s),
+            JsonText::Bytes(b) => simdutf8::compat::from_utf8(b).map_err(|e| format!("not UTF-8: {e}")),
+        }
+    }
+}
+
+/// `text` as JSON text when it is a `str` or `bytes` (None for anything else), or what is wrong
+/// with it.
 pub(crate) fn json_text(text: &Bound<'_, PyAny>) -> Result<Option<JsonText>, String> {
     if let Ok(s) = text.cast::<PyString>() {
         let s = PyBackedStr::try_from(s.clone()).map_err(|e| format!("not Unicode text: {e}"))?;
         Ok(Some(JsonText::Str(s)))
     } else if let Ok(b) = text.cast::<PyBytes>() {
-        simdutf8::compat::from_utf8(b.as_bytes()).map_err(|e| format!("not UTF-8: {e}"))?;
         Ok(Some(JsonText::Bytes(PyBackedBytes::from(b.clone()))))
     } else {
         Ok(None)

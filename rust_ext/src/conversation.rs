@@ -9,7 +9,7 @@ use crate::convert;
 use crate::counting::{retention_of, PyCounts};
 use crate::decisions::PyPlan;
 use crate::objects::Tupled;
-use contextshift_core::block_cache::{self, parse_json_blocks_cached};
+use contextshift_core::block_cache::{self, parse_json_blocks_cached, SharedText};
 use contextshift_core::count::BlockCount;
 use contextshift_core::group::tool_use_turns;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
@@ -56,15 +56,22 @@ pub(crate) struct PyConversation {
 }
 
 pub(crate) struct JsonSource {
-    pub(crate) text: JsonText,
+    /// Shared with the block cache, which may hold it for the next request's reading. UTF-8: a
+    /// source is made only of text the block reader has read, which it checks.
+    text: Arc<JsonText>,
     pub(crate) spans: Vec<(usize, usize)>,
 }
 
 impl JsonSource {
+    pub(crate) fn text(&self) -> &str {
+        // SAFETY: see `text`; a Python `str` or `bytes` never changes.
+        unsafe { std::str::from_utf8_unchecked((*self.text).as_ref()) }
+    }
+
     pub(crate) fn block_text(&self, index: usize) -> PyResult<&str> {
         let &(start, len) =
             self.spans.get(index).ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))?;
-        Ok(&self.text.as_str()[start..start + len])
+        Ok(&self.text()[start..start + len])
     }
 }
 
@@ -229,9 +236,11 @@ impl PyConversation {
             let text = json_text(text)
                 .and_then(|text| text.ok_or_else(|| "must be str or bytes".to_owned()))
                 .map_err(|e| not_a_list("blocks_json", e))?;
+            let text = Arc::new(text);
             py.detach(|| {
                 let cap = char_cap(max_block_chars, tool_result_max_chars);
-                let parsed = parse_json_blocks_cached(text.as_str(), cap, "blocks_json", block_cache::global())?;
+                let shared: SharedText = Arc::clone(&text) as SharedText;
+                let parsed = parse_json_blocks_cached(&shared, cap, "blocks_json", block_cache::global())?;
                 let conv = parsed.conversation;
                 let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });

@@ -217,7 +217,10 @@ pub(crate) fn count_tools(py: Python<'_>, tools: &Bound<'_, PyAny>, profile: &st
         let profile = profile_named(py, profile)?;
         let invalid = |description| InvalidTools::new_err((vec![(field.to_owned(), description)],));
         let parsed = match json_text(tools).map_err(invalid)? {
-            Some(text) => py.detach(|| parse_json_tools(text.as_str(), field)),
+            Some(text) => py.detach(|| match text.checked() {
+                Ok(text) => parse_json_tools(text, field),
+                Err(description) => Err(vec![Violation { index: 0, field: field.to_owned(), description }]),
+            }),
             None => parse_tools(&convert::sequence(tools).map_err(invalid)?, field),
         };
         let tools = parsed.map_err(|violations| InvalidTools::new_err((field_pairs(violations),)))?;

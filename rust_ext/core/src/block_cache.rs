@@ -10,10 +10,15 @@
 //! path does not handle (the char cap cuts a block, a duplicate id, a violation, text that is not
 //! an array of objects, a request mostly new) is read whole by `parse_json_blocks`, which also
 //! fills the cache. Two generations within a memory bound, as the count cache keeps them.
+//!
+//! The text of recent requests is also held (not copied: the caller's own text, shared), with
+//! their spans and blocks: a request that starts with the bytes of one of them (the same chat's
+//! history resent, a turn longer) takes the blocks of that common prefix as they are, and only
+//! the rest is scanned, hashed and looked up. Byte equality, no hash, decides that reuse.
 
 use crate::block::Block;
 use crate::json_doc::{parse_json_blocks, read_blocks, JsonConversation, TapeNode};
-use crate::json_spans::{first_object_spans, object_spans, Span};
+use crate::json_spans::{first_object_spans, object_spans_after, Span};
 use crate::parse::{fits_cap, parse_block, CharCap, Conversation, Violation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -42,8 +47,43 @@ pub struct BlockCacheStats {
 
 pub struct BlockCache {
     generations: Mutex<Generations>,
+    recent: Mutex<RecentRequests>,
     capacity_bytes: AtomicUsize,
 }
+
+/// Text a request was read from, shared with its caller (a 10k-block request is 3 MB) while a
+/// later request may reuse what was read from it.
+pub type SharedText = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// Requests read lately, most recently used last, within a quarter of the bound (their text).
+#[derive(Default)]
+struct RecentRequests {
+    requests: Vec<Arc<Recent>>,
+    bytes: usize,
+}
+
+/// A request read without a cut under `cap`: its text (UTF-8: kept only once read), spans and
+/// blocks, and the keys of its first blocks (to find the requests a new one may share a prefix
+/// with).
+struct Recent {
+    text: SharedText,
+    spans: Vec<Span>,
+    blocks: Vec<Arc<Block>>,
+    opening: [u128; PROBED],
+    cap: CharCap,
+}
+
+impl Recent {
+    fn bytes(&self) -> usize {
+        (*self.text).as_ref().len() + self.spans.len() * RECENT_OVERHEAD
+    }
+}
+
+/// What a recent request holds per block beyond its text: a span and a pointer.
+const RECENT_OVERHEAD: usize = std::mem::size_of::<Span>() + std::mem::size_of::<Arc<Block>>();
+
+/// Recent requests compared byte by byte with a new one that opens as they do, at most.
+const COMPARED: usize = 4;
 
 /// Lookups try `current`, then `previous` (moving a hit into `current`); when `current` holds
 /// half the bound it becomes `previous` and the old `previous` is dropped.
@@ -57,18 +97,28 @@ struct Generations {
 }
 
 impl Generations {
-    fn get(&mut self, key: u128, generation_bytes: usize) -> Option<Arc<Block>> {
+    /// The block of `key`, if cached; a generation retired to make room goes to `retired`.
+    fn get(&mut self, key: u128, generation_bytes: usize, retired: &mut Vec<Generation>) -> Option<Arc<Block>> {
         if let Some((block, _)) = self.current.get(&key) {
             return Some(Arc::clone(block));
         }
         let (block, bytes) = self.previous.remove(&key)?;
-        self.insert(key, Arc::clone(&block), bytes, generation_bytes);
+        self.insert(key, Arc::clone(&block), bytes, generation_bytes, retired);
         Some(block)
     }
 
-    fn insert(&mut self, key: u128, block: Arc<Block>, bytes: usize, generation_bytes: usize) {
+    /// Stores `block`; the generation it retires goes to `retired`, to be freed by the caller
+    /// once the lock is released (its blocks' drop would stall every other lookup).
+    fn insert(
+        &mut self,
+        key: u128,
+        block: Arc<Block>,
+        bytes: usize,
+        generation_bytes: usize,
+        retired: &mut Vec<Generation>,
+    ) {
         if self.current_bytes + bytes > generation_bytes {
-            self.previous = std::mem::take(&mut self.current);
+            retired.push(std::mem::replace(&mut self.previous, std::mem::take(&mut self.current)));
             self.current_bytes = 0;
         }
         if bytes <= generation_bytes && self.current.insert(key, (block, bytes)).is_none() {
@@ -77,19 +127,65 @@ impl Generations {
     }
 }
 
+type Generation = FxHashMap<u128, (Arc<Block>, usize)>;
+
+impl RecentRequests {
+    /// Up to `COMPARED` requests that open with the blocks of `opening` under `cap`, latest first.
+    fn opening_with(&self, opening: &[u128; PROBED], cap: CharCap) -> Vec<Arc<Recent>> {
+        let same = self.requests.iter().rev().filter(|r| &r.opening == opening && r.cap == cap);
+        same.take(COMPARED).map(Arc::clone).collect()
+    }
+
+    /// Adds `request` (in place of `replaced`, the request it extends), dropping the least
+    /// recently used beyond `bound`; what it drops is returned, to be freed outside the lock.
+    fn add(&mut self, request: Arc<Recent>, replaced: Option<&Arc<Recent>>, bound: usize) -> Vec<Arc<Recent>> {
+        let mut dropped = Vec::new();
+        if let Some(at) = replaced.and_then(|old| self.requests.iter().position(|r| Arc::ptr_eq(r, old))) {
+            dropped.push(self.requests.remove(at));
+        }
+        self.bytes += request.bytes();
+        self.requests.push(request);
+        while self.bytes > bound && !self.requests.is_empty() {
+            dropped.push(self.requests.remove(0));
+        }
+        self.bytes -= dropped.iter().map(|r| r.bytes()).sum::<usize>();
+        dropped
+    }
+
+    /// Marks `request` as the most recently used.
+    fn touch(&mut self, request: &Arc<Recent>) {
+        if let Some(at) = self.requests.iter().position(|r| Arc::ptr_eq(r, request)) {
+            let used = self.requests.remove(at);
+            self.requests.push(used);
+        }
+    }
+}
+
 impl BlockCache {
     pub fn new(capacity_bytes: usize) -> Self {
-        BlockCache { generations: Mutex::default(), capacity_bytes: AtomicUsize::new(capacity_bytes) }
+        BlockCache {
+            generations: Mutex::default(),
+            recent: Mutex::default(),
+            capacity_bytes: AtomicUsize::new(capacity_bytes),
+        }
+    }
+
+    /// Counts `n` blocks taken from a recent request as hits: blocks not read again.
+    fn count_reused(&self, n: usize) {
+        self.lock().hits += n as u64;
     }
 
     /// Each key's block, if cached; one lock for all of them.
     fn get_many(&self, keys: &[u128]) -> Vec<Option<Arc<Block>>> {
         let generation_bytes = self.capacity_bytes.load(Ordering::Relaxed) / 2;
+        let mut retired = Vec::new();
         let mut generations = self.lock();
-        let found: Vec<Option<Arc<Block>>> = keys.iter().map(|&key| generations.get(key, generation_bytes)).collect();
+        let found: Vec<Option<Arc<Block>>> =
+            keys.iter().map(|&key| generations.get(key, generation_bytes, &mut retired)).collect();
         let hits = found.iter().filter(|b| b.is_some()).count();
         generations.hits += hits as u64;
         generations.misses += (keys.len() - hits) as u64;
+        drop(generations);
         found
     }
 
@@ -99,23 +195,41 @@ impl BlockCache {
         if generation_bytes == 0 {
             return;
         }
+        let mut retired = Vec::new();
         let mut generations = self.lock();
         for (key, block, text_bytes) in entries {
-            generations.insert(key, block, text_bytes + ENTRY_OVERHEAD, generation_bytes);
+            generations.insert(key, block, text_bytes + ENTRY_OVERHEAD, generation_bytes, &mut retired);
         }
+        drop(generations);
+    }
+
+    /// Keeps `request` for later requests that share a prefix with it (replacing the request it
+    /// extends), within a quarter of the bound.
+    fn remember(&self, request: Recent, replaced: Option<&Arc<Recent>>) {
+        let bound = self.capacity_bytes.load(Ordering::Relaxed) / 4;
+        if request.bytes() > bound {
+            return;
+        }
+        let dropped = self.recent().add(Arc::new(request), replaced, bound);
+        drop(dropped);
     }
 
     /// Sets the memory bound, dropping every entry; zero turns the cache off.
     pub fn configure(&self, capacity_bytes: usize) {
         self.capacity_bytes.store(capacity_bytes, Ordering::Relaxed);
+        let recent = std::mem::take(&mut *self.recent());
         let mut generations = self.lock();
         let (hits, misses) = (generations.hits, generations.misses);
-        *generations = Generations { hits, misses, ..Generations::default() };
+        let old = std::mem::replace(&mut *generations, Generations { hits, misses, ..Generations::default() });
+        drop(generations);
+        drop((old, recent));
     }
 
     /// Drops every entry and zeroes the counters.
     pub fn clear(&self) {
-        *self.lock() = Generations::default();
+        let recent = std::mem::take(&mut *self.recent());
+        let old = std::mem::take(&mut *self.lock());
+        drop((old, recent));
     }
 
     pub fn stats(&self) -> BlockCacheStats {
@@ -132,6 +246,11 @@ impl BlockCache {
     fn lock(&self) -> std::sync::MutexGuard<'_, Generations> {
         self.generations.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// As `lock`: the list changes by whole pushes and removes.
+    fn recent(&self) -> std::sync::MutexGuard<'_, RecentRequests> {
+        self.recent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// The cache every request of this process shares.
@@ -147,50 +266,141 @@ pub(crate) fn bound_from_env(name: &str, default: usize) -> usize {
 
 /// `parse_json_blocks` through `cache`: the same conversation or the same violations.
 pub fn parse_json_blocks_cached(
-    text: &str,
+    shared: &SharedText,
     cap: impl Into<CharCap>,
     field: &str,
     cache: &BlockCache,
 ) -> Result<JsonConversation, Vec<Violation>> {
+    let bytes: &[u8] = (**shared).as_ref();
     let cap = cap.into();
     // A request whose blocks cost more than half a generation (their text, twice: the parsed
     // form's overhead is about as much again for chat-sized blocks) would push out what others
     // left and then itself, and be read whole every time with the cost of filling on top.
-    if text.len() * 4 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
-        return parse_json_blocks(text, cap, field);
+    if bytes.len() * 4 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
+        return parse_json_blocks(utf8(bytes, field)?, cap, field);
     }
-    // A request whose first blocks are new is read whole, without a scan of its own (the same
-    // system prompt opening many chats is why two are probed).
-    let probe = first_object_spans(text, PROBED).unwrap_or_default();
-    if probe.len() < PROBED || cache.get_many(&keys(text, &probe)).iter().any(Option::is_none) {
-        return read_whole(text, cap, field, cache);
+    // The first blocks tell which recent requests this one may extend; a request whose first
+    // blocks are new is read whole, without a scan of its own (the same system prompt opening
+    // many chats is why two are probed).
+    let probe = first_object_spans(bytes, PROBED).unwrap_or_default();
+    let Ok(opening) = <[u128; PROBED]>::try_from(keys(bytes, &probe)) else {
+        return read_whole(shared, utf8(bytes, field)?, cap, field, cache);
+    };
+    let prior = longest_shared_prefix(bytes, cache.recent().opening_with(&opening, cap));
+    let (text, mut spans, known) = match &prior {
+        Some((request, reused)) => {
+            let (start, len) = request.spans[*reused - 1];
+            if simdutf8::basic::from_utf8(&bytes[start + len..]).is_err() {
+                utf8(bytes, field)?; // the violation says where, in the whole text
+            }
+            // SAFETY: up to the end of the last block taken (a `}`: a char boundary) the bytes are
+            // a recent request's, which were UTF-8 before it was kept; the rest is checked above.
+            let text = unsafe { std::str::from_utf8_unchecked(bytes) };
+            (text, request.spans[..*reused].to_vec(), request.blocks[..*reused].to_vec())
+        }
+        None => {
+            let text = utf8(bytes, field)?;
+            let found: Option<Vec<Arc<Block>>> = cache.get_many(&opening).into_iter().collect();
+            match found {
+                Some(found) if found.iter().all(|block| fits_cap(block, cap)) => (text, probe, found),
+                _ => return read_whole(shared, text, cap, field, cache),
+            }
+        }
+    };
+    let &(last_start, last_len) = spans.last().expect("a prefix of at least the probed blocks");
+    let end = last_start + last_len;
+    if let Some((request, reused)) = &prior {
+        cache.recent().touch(request);
+        cache.count_reused(*reused);
+        if *reused == request.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
+            // The very request again (the same bytes): its reading as it is.
+            let conversation = Conversation { blocks: known, cuts: Vec::new(), over_cap: Vec::new() };
+            return Ok(JsonConversation { conversation, spans });
+        }
     }
-    let Some(spans) = object_spans(text) else { return read_whole(text, cap, field, cache) };
-    let keys = keys(text, &spans);
-    let found = cache.get_many(&keys);
+    let Some(rest) = object_spans_after(text, end) else {
+        return read_whole(shared, text, cap, field, cache);
+    };
+    let rest_keys = keys(bytes, &rest);
+    let found = cache.get_many(&rest_keys);
     let new = found.iter().filter(|b| b.is_none()).count();
-    if new * MOSTLY_NEW > spans.len() {
-        return read_whole(text, cap, field, cache);
+    if new * MOSTLY_NEW > known.len() + rest.len() {
+        return read_whole(shared, text, cap, field, cache);
     }
-    match from_cache(text, &spans, found, cap) {
+    let offset = known.len();
+    spans.extend_from_slice(&rest);
+    match from_cache(text, &spans, known, found, cap) {
         Some((conversation, read)) => {
-            cache.put_many(read.into_iter().map(|i| (keys[i], Arc::clone(&conversation.blocks[i]), spans[i].1)));
+            cache.put_many(
+                read.iter().map(|&i| (rest_keys[i - offset], Arc::clone(&conversation.blocks[i]), spans[i].1)),
+            );
+            let recent = Recent {
+                text: Arc::clone(shared),
+                spans: spans.clone(),
+                blocks: conversation.blocks.clone(),
+                opening,
+                cap,
+            };
+            cache.remember(recent, prior.as_ref().map(|(request, _)| request));
             Ok(JsonConversation { conversation, spans })
         }
-        None => read_whole(text, cap, field, cache),
+        None => read_whole(shared, text, cap, field, cache),
     }
+}
+
+/// `bytes` as text, or the violation on `field` that says where they are not UTF-8.
+fn utf8<'a>(bytes: &'a [u8], field: &str) -> Result<&'a str, Vec<Violation>> {
+    simdutf8::compat::from_utf8(bytes)
+        .map_err(|e| vec![Violation { index: 0, field: field.to_owned(), description: format!("not UTF-8: {e}") }])
 }
 
 /// Blocks probed before a request is scanned.
 const PROBED: usize = 2;
 
-/// The key of the text in each span.
-fn keys(text: &str, spans: &[Span]) -> Vec<u128> {
-    spans.iter().map(|&(start, len)| xxh3_128(&text.as_bytes()[start..start + len])).collect()
+/// Of `candidates`, the request whose blocks `text` starts with the most of (at least the probed
+/// ones), and how many: a block whose whole span (from the start of the text) is the same bytes
+/// is the same block at the same place.
+fn longest_shared_prefix(text: &[u8], candidates: Vec<Arc<Recent>>) -> Option<(Arc<Recent>, usize)> {
+    candidates
+        .into_iter()
+        .map(|request| {
+            let common = common_prefix(text, (*request.text).as_ref());
+            let reused = request.spans.partition_point(|&(start, len)| start + len <= common);
+            (request, reused)
+        })
+        .filter(|&(_, reused)| reused >= PROBED)
+        .max_by_key(|&(_, reused)| reused)
 }
 
-/// `parse_json_blocks`, and the blocks that may be stored put in `cache`.
-fn read_whole(text: &str, cap: CharCap, field: &str, cache: &BlockCache) -> Result<JsonConversation, Vec<Violation>> {
+/// How many bytes `a` and `b` start with in common, compared a slice at a time (memcmp).
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const STEP: usize = 4096;
+    let len = a.len().min(b.len());
+    let mut at = 0;
+    while at + STEP <= len && a[at..at + STEP] == b[at..at + STEP] {
+        at += STEP;
+    }
+    at + a[at..len].iter().zip(&b[at..len]).take_while(|(x, y)| x == y).count()
+}
+
+/// The key of the text in each span.
+fn keys(text: &[u8], spans: &[Span]) -> Vec<u128> {
+    spans.iter().map(|&span| key(text, span)).collect()
+}
+
+fn key(text: &[u8], (start, len): Span) -> u128 {
+    xxh3_128(&text[start..start + len])
+}
+
+/// `parse_json_blocks`; the blocks that may be stored put in `cache`, and the request kept as a
+/// recent one when nothing in it was cut.
+fn read_whole(
+    shared: &SharedText,
+    text: &str,
+    cap: CharCap,
+    field: &str,
+    cache: &BlockCache,
+) -> Result<JsonConversation, Vec<Violation>> {
     let parsed = parse_json_blocks(text, cap, field)?;
     let conv = &parsed.conversation;
     let mut changed: FxHashSet<usize> = conv.cuts.iter().map(|c| c.index).collect();
@@ -202,23 +412,37 @@ fn read_whole(text: &str, cap: CharCap, field: &str, cache: &BlockCache) -> Resu
         return Ok(parsed); // many small blocks: as above
     }
     let spans: Vec<Span> = storable.iter().map(|&i| parsed.spans[i]).collect();
-    let keys = keys(text, &spans);
+    let keys = keys(text.as_bytes(), &spans);
+    if changed.is_empty() && conv.blocks.len() >= PROBED {
+        let recent = Recent {
+            text: Arc::clone(shared),
+            spans: parsed.spans.clone(),
+            blocks: conv.blocks.clone(),
+            opening: [0, 1].map(|i| key(text.as_bytes(), parsed.spans[i])),
+            cap,
+        };
+        cache.remember(recent, None);
+    }
     cache.put_many(storable.iter().zip(keys).map(|(&i, key)| (key, Arc::clone(&conv.blocks[i]), parsed.spans[i].1)));
     Ok(parsed)
 }
 
-/// The conversation from cached blocks and the new ones read one at a time, with the indices of
-/// those read (to store); None where only the whole read gives the right answer: a violation, a
-/// block the char cap changes, a duplicate id.
+/// The conversation from the `known` blocks (of a recent request, or found: they fit `cap`),
+/// then the rest, cached (`found`) or read one at a time, with the indices of those read (to
+/// store); None where only the whole read gives the right answer: a violation, a block the char
+/// cap changes, a duplicate id.
 fn from_cache(
     text: &str,
     spans: &[Span],
+    known: Vec<Arc<Block>>,
     found: Vec<Option<Arc<Block>>>,
     cap: CharCap,
 ) -> Option<(Conversation, Vec<usize>)> {
-    let mut blocks = Vec::with_capacity(found.len());
+    let mut blocks = known;
+    blocks.reserve(found.len());
     let mut read = Vec::new();
-    for (index, cached) in found.into_iter().enumerate() {
+    for cached in found {
+        let index = blocks.len();
         let block = match cached {
             Some(block) => block,
             None => {
@@ -271,6 +495,10 @@ mod tests {
         format!("[{}]", blocks.join(", "))
     }
 
+    fn shared(text: &str) -> SharedText {
+        Arc::new(text.to_owned())
+    }
+
     fn same(a: &JsonConversation, b: &JsonConversation) {
         assert_eq!(a.spans, b.spans);
         assert_eq!(a.conversation.blocks, b.conversation.blocks);
@@ -283,30 +511,73 @@ mod tests {
         let cache = BlockCache::new(1 << 20);
         let first = chat(40);
         same(
-            &parse_json_blocks_cached(&first, 1000, "blocks", &cache).unwrap(),
+            &parse_json_blocks_cached(&shared(&first), 1000, "blocks", &cache).unwrap(),
             &parse_json_blocks(&first, 1000, "blocks").unwrap(),
         );
         assert_eq!(cache.stats().entries, 40);
         // The next turn: two blocks more, the rest hits and is shared, not read again.
         let next = chat(42);
-        let cached = parse_json_blocks_cached(&next, 1000, "blocks", &cache).unwrap();
+        let cached = parse_json_blocks_cached(&shared(&next), 1000, "blocks", &cache).unwrap();
         same(&cached, &parse_json_blocks(&next, 1000, "blocks").unwrap());
-        let again = parse_json_blocks_cached(&next, 1000, "blocks", &cache).unwrap();
+        let again = parse_json_blocks_cached(&shared(&next), 1000, "blocks", &cache).unwrap();
         assert!(Arc::ptr_eq(&cached.conversation.blocks[3], &again.conversation.blocks[3]));
         let stats = cache.stats();
-        // Lookups: the two first blocks probed each time (missed the first), then every block.
-        assert_eq!((stats.hits, stats.misses, stats.entries), (2 + 40 + 2 + 42, 2 + 2, 42));
+        // The first read: the two probed blocks missed. Then the 40 blocks of the first request
+        // taken as they are (hits), the two new ones missed; then the same request again.
+        assert_eq!((stats.hits, stats.misses, stats.entries), (40 + 42, 2 + 2, 42));
+    }
+
+    #[test]
+    fn a_request_extending_a_recent_one_takes_its_blocks_by_bytes() {
+        let cache = BlockCache::new(1 << 20);
+        let check = |text: &str| {
+            let cached = parse_json_blocks_cached(&shared(text), 1000, "blocks", &cache);
+            match (&cached, parse_json_blocks(text, 1000, "blocks")) {
+                (Ok(cached), Ok(whole)) => same(cached, &whole),
+                (cached, whole) => assert_eq!(cached.as_ref().err(), whole.as_ref().err(), "{text}"),
+            }
+            cached
+        };
+        let first = check(&chat(30)).unwrap();
+        // Two chats opening alike (the same system prompt and first turn), then apart.
+        let other = chat(30).replace("turn 20:", "other 20:");
+        check(&other).unwrap();
+        let next = check(&chat(32)).unwrap();
+        assert!(Arc::ptr_eq(&first.conversation.blocks[25], &next.conversation.blocks[25]));
+        let before = cache.stats();
+        // The same bytes again: nothing read, nothing looked up.
+        let again = check(&chat(32)).unwrap();
+        assert!(Arc::ptr_eq(&next.conversation.blocks[31], &again.conversation.blocks[31]));
+        assert_eq!((cache.stats().hits - before.hits, cache.stats().misses), (32, before.misses));
+        // A block edited in the middle: the blocks before it are taken, the rest found or read.
+        check(&chat(32).replace("turn 17:", "turn seventeen:")).unwrap();
+        // After blocks shared byte for byte, what is wrong is what the whole read says.
+        let full = chat(32);
+        for bad in [
+            full.replacen(']', "]]", 1),
+            full.replacen(']', " ", 1),
+            full.replacen(']', r#",{"id":"m0","role":"user","content":"again"}]"#, 1),
+            full.replacen(']', r#",{"id":"x","role":"nobody","content":"?"}]"#, 1),
+            full.replacen(']', ",]", 1),
+        ] {
+            assert!(check(&bad).is_err(), "{bad}");
+        }
+        // Under another cap the recent request is not taken (its blocks may be cut).
+        same(
+            &parse_json_blocks_cached(&shared(&full), 12, "blocks", &cache).unwrap(),
+            &parse_json_blocks(&full, 12, "blocks").unwrap(),
+        );
     }
 
     #[test]
     fn what_depends_on_the_request_is_read_whole() {
         let cache = BlockCache::new(1 << 20);
         let text = chat(8);
-        parse_json_blocks_cached(&text, 1000, "blocks", &cache).unwrap();
+        parse_json_blocks_cached(&shared(&text), 1000, "blocks", &cache).unwrap();
         // A block without an id is named by its place: never stored, always right.
         let unnamed = r#"[{"role":"user","content":"a"},{"role":"user","content":"a"}]"#;
         for _ in 0..2 {
-            let ids: Vec<String> = parse_json_blocks_cached(unnamed, 1000, "blocks", &cache)
+            let ids: Vec<String> = parse_json_blocks_cached(&shared(unnamed), 1000, "blocks", &cache)
                 .unwrap()
                 .conversation
                 .blocks
@@ -317,19 +588,19 @@ mod tests {
         }
         // Cached blocks under a smaller cap are cut, as a whole read cuts them.
         same(
-            &parse_json_blocks_cached(&text, 5, "blocks", &cache).unwrap(),
+            &parse_json_blocks_cached(&shared(&text), 5, "blocks", &cache).unwrap(),
             &parse_json_blocks(&text, 5, "blocks").unwrap(),
         );
         // A cached block sent twice: the duplicate id is reported as the whole read reports it.
         let twice = text.replacen('[', &format!("[{},", &text[1..text.find('}').unwrap() + 1]), 1);
         assert_eq!(
-            parse_json_blocks_cached(&twice, 1000, "blocks", &cache).unwrap_err(),
+            parse_json_blocks_cached(&shared(&twice), 1000, "blocks", &cache).unwrap_err(),
             parse_json_blocks(&twice, 1000, "blocks").unwrap_err()
         );
         // A new block with a violation, among cached ones.
         let bad = text.replacen("]", r#", {"id":"x","role":"nobody","content":"?"}]"#, 1);
         assert_eq!(
-            parse_json_blocks_cached(&bad, 1000, "blocks", &cache).unwrap_err(),
+            parse_json_blocks_cached(&shared(&bad), 1000, "blocks", &cache).unwrap_err(),
             parse_json_blocks(&bad, 1000, "blocks").unwrap_err()
         );
     }
@@ -342,26 +613,26 @@ mod tests {
         for text in &chats {
             for _ in 0..2 {
                 same(
-                    &parse_json_blocks_cached(text, 1000, "blocks", &cache).unwrap(),
+                    &parse_json_blocks_cached(&shared(text), 1000, "blocks", &cache).unwrap(),
                     &parse_json_blocks(text, 1000, "blocks").unwrap(),
                 );
             }
             assert!(cache.stats().entries <= 2 * 20, "{:?}", cache.stats());
         }
         let before = cache.stats();
-        parse_json_blocks_cached(&chats[29], 1000, "blocks", &cache).unwrap();
-        assert_eq!(cache.stats().hits - before.hits, 2 + 4, "the latest chat is still there");
+        parse_json_blocks_cached(&shared(&chats[29]), 1000, "blocks", &cache).unwrap();
+        assert_eq!(cache.stats().hits - before.hits, 4, "the latest chat is still there");
         // A request too large for the bound is read whole and stores nothing.
         let large = chat(400);
         let entries = cache.stats().entries;
         same(
-            &parse_json_blocks_cached(&large, 1000, "blocks", &cache).unwrap(),
+            &parse_json_blocks_cached(&shared(&large), 1000, "blocks", &cache).unwrap(),
             &parse_json_blocks(&large, 1000, "blocks").unwrap(),
         );
         assert_eq!(cache.stats().entries, entries);
         let text = &chats[0];
         cache.configure(0);
-        parse_json_blocks_cached(text, 1000, "blocks", &cache).unwrap();
+        parse_json_blocks_cached(&shared(text), 1000, "blocks", &cache).unwrap();
         assert_eq!(cache.stats().entries, 0);
         cache.clear();
         assert_eq!(cache.stats(), BlockCacheStats::default());

@@ -13,27 +13,37 @@
 /// A byte range of the input: offset and length.
 pub type Span = (usize, usize);
 
-/// The span of each element of `text`, an array of objects; None for anything but
-/// `[ {...}, ... ]` (JSON whitespace allowed between) or an object left open.
-pub fn object_spans(text: &str) -> Option<Vec<Span>> {
-    scan(text, usize::MAX)
+/// The span of each element of `text` (any bytes: only their structure is read), an array of
+/// objects; None for anything but `[ {...}, ... ]` (JSON whitespace allowed between) or an
+/// object left open.
+pub fn object_spans<T: AsRef<[u8]> + ?Sized>(text: &T) -> Option<Vec<Span>> {
+    scan(text.as_ref(), 0, usize::MAX)
 }
 
 /// The spans of the first `n` elements (fewer if there are fewer), the rest of the text unread.
-pub fn first_object_spans(text: &str, n: usize) -> Option<Vec<Span>> {
-    scan(text, n)
+pub fn first_object_spans<T: AsRef<[u8]> + ?Sized>(text: &T, n: usize) -> Option<Vec<Span>> {
+    scan(text.as_ref(), 0, n)
 }
 
-fn scan(text: &str, limit: usize) -> Option<Vec<Span>> {
-    let bytes = text.as_bytes();
-    let mut spans = Vec::with_capacity(limit.min(bytes.len() / 256));
+/// The spans of the elements after the one that ends just before `from` (a span's end), as
+/// `object_spans` gives them: the text before `from` is taken as scanned.
+pub fn object_spans_after<T: AsRef<[u8]> + ?Sized>(text: &T, from: usize) -> Option<Vec<Span>> {
+    scan(text.as_ref(), from, usize::MAX)
+}
+
+/// The spans from `from` on: 0, or the end of an element (outside any string, at depth 0, an
+/// element before it).
+fn scan(bytes: &[u8], from: usize, limit: usize) -> Option<Vec<Span>> {
+    let rest = bytes.get(from..)?;
+    let mut spans = Vec::with_capacity(limit.min(rest.len() / 256));
+    let after_element = from > 0;
     // Where the text between elements began (`[` or `,` are checked there), the open element's
     // start, its brace depth.
-    let (mut gap_start, mut start, mut depth) = (0usize, 0usize, 0usize);
+    let (mut gap_start, mut start, mut depth) = (from, 0usize, 0usize);
     let (mut escape_carry, mut string_carry) = (0u64, 0u64);
     let mut padded = [b' '; 64];
-    for (block_index, chunk) in bytes.chunks(64).enumerate() {
-        let base = block_index * 64;
+    for (block_index, chunk) in rest.chunks(64).enumerate() {
+        let base = from + block_index * 64;
         let block: &[u8; 64] = match chunk.try_into() {
             Ok(full) => full,
             Err(_) => {
@@ -52,7 +62,7 @@ fn scan(text: &str, limit: usize) -> Option<Vec<Span>> {
             braces &= braces - 1;
             if bytes[at] == b'{' {
                 if depth == 0 {
-                    if !separated(&bytes[gap_start..at], spans.is_empty()) {
+                    if !separated(&bytes[gap_start..at], spans.is_empty() && !after_element) {
                         return None;
                     }
                     start = at;
@@ -74,7 +84,7 @@ fn scan(text: &str, limit: usize) -> Option<Vec<Span>> {
         return None;
     }
     let tail = trim_whitespace(&bytes[gap_start..]);
-    let closed = if spans.is_empty() {
+    let closed = if spans.is_empty() && !after_element {
         matches!(tail, [b'[', inner @ .., b']'] if trim_whitespace(inner).is_empty())
     } else {
         tail == b"]"
@@ -183,6 +193,13 @@ mod tests {
         let text = format!("[{}]", objects.join(","));
         assert_eq!(first_object_spans(&text, 2).unwrap(), object_spans(&text).unwrap()[..2]);
         assert_eq!(first_object_spans("[{}, oops", 1), Some(vec![(1, 2)]), "the rest is not read");
+        let all = object_spans(&text).unwrap();
+        for (k, &(start, len)) in all.iter().enumerate() {
+            assert_eq!(object_spans_after(&text, start + len).unwrap(), all[k + 1..], "after element {k}");
+        }
+        assert_eq!(object_spans_after("[{}]]", 3), None, "the rest is checked as the whole scan checks it");
+        assert_eq!(object_spans_after("[{} {}]", 3), None);
+        assert_eq!(object_spans_after("[{}", 3), None);
         assert_eq!(object_spans("[]"), Some(vec![]));
         assert_eq!(object_spans(" [ \n ] "), Some(vec![]));
     }
