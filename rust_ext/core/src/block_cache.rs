@@ -372,13 +372,15 @@ fn longest_shared_prefix(text: &[u8], candidates: Vec<Arc<Recent>>) -> Option<(A
         .max_by_key(|&(_, reused)| reused)
 }
 
-/// How many bytes `a` and `b` start with in common, compared a slice at a time (memcmp).
+/// How many bytes `a` and `b` start with in common, compared a slice at a time (memcmp), in
+/// smaller slices once they differ, the last few byte by byte.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
-    const STEP: usize = 4096;
     let len = a.len().min(b.len());
     let mut at = 0;
-    while at + STEP <= len && a[at..at + STEP] == b[at..at + STEP] {
-        at += STEP;
+    for step in [4096, 64] {
+        while at + step <= len && a[at..at + step] == b[at..at + step] {
+            at += step;
+        }
     }
     at + a[at..len].iter().zip(&b[at..len]).take_while(|(x, y)| x == y).count()
 }
@@ -567,6 +569,18 @@ mod tests {
             &parse_json_blocks_cached(&shared(&full), 12, "blocks", &cache).unwrap(),
             &parse_json_blocks(&full, 12, "blocks").unwrap(),
         );
+    }
+
+    #[test]
+    fn common_prefix_at_every_step() {
+        let a: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for at in [0, 1, 63, 64, 65, 4095, 4096, 4097, 4160, 9_999] {
+            let mut b = a.clone();
+            b[at] ^= 1;
+            assert_eq!(common_prefix(&a, &b), at);
+            assert_eq!(common_prefix(&a[..at], &a), at, "a prefix of the other");
+        }
+        assert_eq!(common_prefix(&a, &a), a.len());
     }
 
     #[test]

@@ -161,21 +161,29 @@ pub fn batch<T: Sync, R: Send>(
 
 /// Tokens of each block, in order. Takes references so a caller can count any selection. While
 /// the count cache is on, a block counted before under this profile (one found in the block cache)
-/// takes its count from its memo, and a block counted now leaves one.
+/// takes its count from its memo, and a block counted now leaves one: under any profile, as even
+/// the heuristic's count of a block's text costs more than reading its memo.
 pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
-    if !profile.uses_cache() {
-        return batch(profile, blocks, |b| b.text_bytes(), |b| block_count(profile, b));
-    }
+    let count = |blocks: &[&Block]| {
+        if profile.uses_cache() {
+            count_blocks_cached(profile, blocks)
+        } else {
+            batch(profile, blocks, |b| b.text_bytes(), |b| block_count(profile, b))
+        }
+    };
     if !cache::global().enabled() {
-        return count_blocks_cached(profile, blocks);
+        return count(blocks);
     }
     let salt = profile.salt();
     let mut counts: Vec<Option<BlockCount>> =
         blocks.iter().map(|b| b.counted.get(salt).map(|(base, reasoning)| BlockCount { base, reasoning })).collect();
     let missing: Vec<&Block> = blocks.iter().zip(&counts).filter(|(_, c)| c.is_none()).map(|(b, _)| *b).collect();
-    cache::global().add_memo_hits(blocks.len() - missing.len());
+    if profile.uses_cache() {
+        // The count cache's stats count what it spared; a profile without the cache never had it.
+        cache::global().add_memo_hits(blocks.len() - missing.len());
+    }
     if !missing.is_empty() {
-        let mut fresh = count_blocks_cached(profile, &missing).into_iter();
+        let mut fresh = count(&missing).into_iter();
         for (block, count) in blocks.iter().zip(&mut counts).filter(|(_, c)| c.is_none()) {
             let found = fresh.next().expect("one count per block missing");
             block.counted.set(salt, found.base, found.reasoning);
