@@ -93,3 +93,22 @@ def test_a_bad_block_among_found_ones_is_refused_as_without_the_cache() -> None:
                 run([*history, bad], 1000)
             errors.append([(v.field, v.description) for v in err.value.violations])
         assert errors[0] == errors[1] and errors[0]
+
+
+def test_bytes_not_utf8_after_a_resent_history_are_refused_as_without_the_cache() -> None:
+    history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i} é"} for i in range(12)]
+    text = json.dumps(history, ensure_ascii=False).encode()
+    contextshift.shift_context(text, budget=1000)  # now a recent request
+    # Its bytes, then a block whose text is not UTF-8: only that part is checked, and the error
+    # names the byte in the whole text.
+    bad = text[:-1] + b', {"id": "x", "role": "user", "content": "\xc3("}]'
+    errors = []
+    for bound in (profiles.block_cache_stats().capacity_bytes, 0):
+        profiles.configure_block_cache(bound)
+        contextshift.shift_context(text, budget=1000)
+        with pytest.raises(contextshift.InvalidBlocks) as err:
+            contextshift.shift_context(bad, budget=1000)
+        errors.append([(v.field, v.description) for v in err.value.violations])
+    assert errors[0] == errors[1]
+    assert errors[0][0][0] == "blocks_json" and "not UTF-8" in errors[0][0][1]
+    assert str(len(text) - 1 + len(b', {"id": "x", "role": "user", "content": "')) in errors[0][0][1]
