@@ -2,14 +2,16 @@
 //! violations whether the text is read onto the reader's tape or into serde_json values (the two
 //! `Node` documents the parser reads; the Python route is a third, covered by the property tests),
 //! and whether or not it goes through the block cache (one cache for the whole run, so blocks
-//! stored from one input are found in others).
+//! stored from one input are found in others; each input after itself less its last block, as a
+//! chat's next turn), with the tool-call groups `Groups::build` gives.
 #![no_main]
 
-use contextshift_core::block_cache::{parse_json_blocks_cached, BlockCache, SharedText};
+use contextshift_core::block_cache::{parse_json_blocks_cached, read_json_conversation, BlockCache, SharedText};
 use contextshift_core::json_doc::{parse_json_blocks, read_blocks, JsonConversation};
 use contextshift_core::json_spans::object_spans;
 use contextshift_core::parse::Violation;
 use contextshift_core::parse_conversation;
+use contextshift_core::Groups;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use std::sync::Arc;
@@ -51,7 +53,11 @@ fn check_cached(text: &str) {
         }
         let whole = parse_json_blocks(text, cap, "blocks_json");
         for _ in 0..2 {
-            same(&parse_json_blocks_cached(&shared, cap, "blocks_json", cache), &whole, text);
+            let cached = read_json_conversation(&shared, cap, "blocks_json", cache);
+            if let (Ok((_, groups)), Ok(whole)) = (&cached, &whole) {
+                assert_eq!(**groups, Groups::build(&whole.conversation.blocks), "{text:?}");
+            }
+            same(&cached.map(|(parsed, _)| parsed), &whole, text);
         }
     }
 }

@@ -9,7 +9,7 @@ use crate::convert;
 use crate::counting::{retention_of, PyCounts};
 use crate::decisions::PyPlan;
 use crate::objects::Tupled;
-use contextshift_core::block_cache::{self, parse_json_blocks_cached, SharedText};
+use contextshift_core::block_cache::{self, read_json_conversation, SharedText};
 use contextshift_core::count::BlockCount;
 use contextshift_core::group::tool_use_turns;
 use contextshift_core::plan::pinned_cap as plan_pinned_cap;
@@ -49,7 +49,8 @@ pub(crate) struct PyConversation {
     pub(crate) blocks: Vec<Arc<Block>>,
     pub(crate) cuts: Vec<CharCut>,
     pub(crate) over_cap: Vec<OverCap>,
-    pub(crate) groups: Groups,
+    /// Shared with the block cache's recent requests (for a conversation read from JSON).
+    pub(crate) groups: Arc<Groups>,
     /// The input when it came as JSON text, and where each block lies in it: the source of
     /// `json_messages` and `messages_json`.
     pub(crate) json: Option<JsonSource>,
@@ -218,7 +219,7 @@ impl PyConversation {
             let cap = char_cap(max_block_chars, tool_result_max_chars);
             // Reading Python objects needs the GIL; grouping does not.
             let conv = parse_conversation(&nodes, cap, "blocks").map_err(invalid_blocks)?;
-            let groups = py.detach(|| Groups::build(&conv.blocks));
+            let groups = Arc::new(py.detach(|| Groups::build(&conv.blocks)));
             Ok(PyConversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json: None })
         })
     }
@@ -240,9 +241,8 @@ impl PyConversation {
             py.detach(|| {
                 let cap = char_cap(max_block_chars, tool_result_max_chars);
                 let shared: SharedText = Arc::clone(&text) as SharedText;
-                let parsed = parse_json_blocks_cached(&shared, cap, "blocks_json", block_cache::global())?;
+                let (parsed, groups) = read_json_conversation(&shared, cap, "blocks_json", block_cache::global())?;
                 let conv = parsed.conversation;
-                let groups = Groups::build(&conv.blocks);
                 let json = Some(JsonSource { text, spans: parsed.spans });
                 Ok(PyConversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json })
             })

@@ -17,6 +17,7 @@
 //! the rest is scanned, hashed and looked up. Byte equality, no hash, decides that reuse.
 
 use crate::block::Block;
+use crate::group::Groups;
 use crate::json_doc::{parse_json_blocks, read_blocks, JsonConversation, TapeNode};
 use crate::json_spans::{first_object_spans, object_spans_after, Span};
 use crate::parse::{fits_cap, parse_block, CharCap, Conversation, Violation};
@@ -69,6 +70,7 @@ struct Recent {
     text: SharedText,
     spans: Vec<Span>,
     blocks: Vec<Arc<Block>>,
+    groups: Arc<Groups>,
     opening: [u128; PROBED],
     cap: CharCap,
 }
@@ -79,8 +81,10 @@ impl Recent {
     }
 }
 
-/// What a recent request holds per block beyond its text: a span and a pointer.
-const RECENT_OVERHEAD: usize = std::mem::size_of::<Span>() + std::mem::size_of::<Arc<Block>>();
+/// What a recent request holds per block beyond its text: a span, a pointer, its group (five
+/// words at most: a block of its own is a group of its own).
+const RECENT_OVERHEAD: usize =
+    std::mem::size_of::<Span>() + std::mem::size_of::<Arc<Block>>() + 5 * std::mem::size_of::<usize>();
 
 /// Recent requests compared byte by byte with a new one that opens as they do, at most.
 const COMPARED: usize = 4;
@@ -271,13 +275,25 @@ pub fn parse_json_blocks_cached(
     field: &str,
     cache: &BlockCache,
 ) -> Result<JsonConversation, Vec<Violation>> {
+    read_json_conversation(shared, cap, field, cache).map(|(parsed, _)| parsed)
+}
+
+/// `parse_json_blocks_cached`, and the conversation's tool-call groups (`Groups::build` of its
+/// blocks): a recent request's as they are for the same bytes, or extended when the blocks after
+/// its own are groups of their own (a chat's next turn).
+pub fn read_json_conversation(
+    shared: &SharedText,
+    cap: impl Into<CharCap>,
+    field: &str,
+    cache: &BlockCache,
+) -> Result<(JsonConversation, Arc<Groups>), Vec<Violation>> {
     let bytes: &[u8] = (**shared).as_ref();
     let cap = cap.into();
     // A request whose blocks cost more than half a generation (their text, twice: the parsed
     // form's overhead is about as much again for chat-sized blocks) would push out what others
     // left and then itself, and be read whole every time with the cost of filling on top.
     if bytes.len() * 4 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
-        return parse_json_blocks(utf8(bytes, field)?, cap, field);
+        return parse_json_blocks(utf8(bytes, field)?, cap, field).map(with_groups);
     }
     // The first blocks tell which recent requests this one may extend; a request whose first
     // blocks are new is read whole, without a scan of its own (the same system prompt opening
@@ -315,7 +331,7 @@ pub fn parse_json_blocks_cached(
         if *reused == request.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
             // The very request again (the same bytes): its reading as it is.
             let conversation = Conversation { blocks: known, cuts: Vec::new(), over_cap: Vec::new() };
-            return Ok(JsonConversation { conversation, spans });
+            return Ok((JsonConversation { conversation, spans }, Arc::clone(&request.groups)));
         }
     }
     let Some(rest) = object_spans_after(text, end) else {
@@ -334,18 +350,29 @@ pub fn parse_json_blocks_cached(
             cache.put_many(
                 read.iter().map(|&i| (rest_keys[i - offset], Arc::clone(&conversation.blocks[i]), spans[i].1)),
             );
+            let extended = prior
+                .as_ref()
+                .filter(|(request, reused)| *reused == request.spans.len())
+                .and_then(|(request, _)| request.groups.extended(&conversation.blocks));
+            let groups = Arc::new(extended.unwrap_or_else(|| Groups::build(&conversation.blocks)));
             let recent = Recent {
                 text: Arc::clone(shared),
                 spans: spans.clone(),
                 blocks: conversation.blocks.clone(),
+                groups: Arc::clone(&groups),
                 opening,
                 cap,
             };
             cache.remember(recent, prior.as_ref().map(|(request, _)| request));
-            Ok(JsonConversation { conversation, spans })
+            Ok((JsonConversation { conversation, spans }, groups))
         }
         None => read_whole(shared, text, cap, field, cache),
     }
+}
+
+fn with_groups(parsed: JsonConversation) -> (JsonConversation, Arc<Groups>) {
+    let groups = Arc::new(Groups::build(&parsed.conversation.blocks));
+    (parsed, groups)
 }
 
 /// `bytes` as text, or the violation on `field` that says where they are not UTF-8.
@@ -402,8 +429,8 @@ fn read_whole(
     cap: CharCap,
     field: &str,
     cache: &BlockCache,
-) -> Result<JsonConversation, Vec<Violation>> {
-    let parsed = parse_json_blocks(text, cap, field)?;
+) -> Result<(JsonConversation, Arc<Groups>), Vec<Violation>> {
+    let (parsed, groups) = parse_json_blocks(text, cap, field).map(with_groups)?;
     let conv = &parsed.conversation;
     let mut changed: FxHashSet<usize> = conv.cuts.iter().map(|c| c.index).collect();
     changed.extend(conv.over_cap.iter().map(|o| o.index));
@@ -411,7 +438,7 @@ fn read_whole(
         (0..conv.blocks.len()).filter(|&i| !changed.contains(&i) && !named_by_place(&conv.blocks[i], i)).collect();
     let cost = text.len() + storable.len() * ENTRY_OVERHEAD;
     if cost * 2 > cache.capacity_bytes.load(Ordering::Relaxed) / 2 {
-        return Ok(parsed); // many small blocks: as above
+        return Ok((parsed, groups)); // many small blocks: as above
     }
     let spans: Vec<Span> = storable.iter().map(|&i| parsed.spans[i]).collect();
     let keys = keys(text.as_bytes(), &spans);
@@ -420,13 +447,14 @@ fn read_whole(
             text: Arc::clone(shared),
             spans: parsed.spans.clone(),
             blocks: conv.blocks.clone(),
+            groups: Arc::clone(&groups),
             opening: [0, 1].map(|i| key(text.as_bytes(), parsed.spans[i])),
             cap,
         };
         cache.remember(recent, None);
     }
     cache.put_many(storable.iter().zip(keys).map(|(&i, key)| (key, Arc::clone(&conv.blocks[i]), parsed.spans[i].1)));
-    Ok(parsed)
+    Ok((parsed, groups))
 }
 
 /// The conversation from the `known` blocks (of a recent request, or found: they fit `cap`),
@@ -533,12 +561,15 @@ mod tests {
     fn a_request_extending_a_recent_one_takes_its_blocks_by_bytes() {
         let cache = BlockCache::new(1 << 20);
         let check = |text: &str| {
-            let cached = parse_json_blocks_cached(&shared(text), 1000, "blocks", &cache);
+            let cached = read_json_conversation(&shared(text), 1000, "blocks", &cache);
             match (&cached, parse_json_blocks(text, 1000, "blocks")) {
-                (Ok(cached), Ok(whole)) => same(cached, &whole),
+                (Ok((cached, groups)), Ok(whole)) => {
+                    same(cached, &whole);
+                    assert_eq!(**groups, Groups::build(&whole.conversation.blocks));
+                }
                 (cached, whole) => assert_eq!(cached.as_ref().err(), whole.as_ref().err(), "{text}"),
             }
-            cached
+            cached.map(|(parsed, _)| parsed)
         };
         let first = check(&chat(30)).unwrap();
         // Two chats opening alike (the same system prompt and first turn), then apart.

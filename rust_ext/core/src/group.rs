@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
 use std::sync::Arc;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Groups {
     /// Group number of each block.
     pub group_of: Vec<usize>,
@@ -78,6 +78,33 @@ impl Groups {
             answers[g] |= !blocks[i].result_ids.is_empty();
         }
         Groups { group_of, starts, members, issues, answers }
+    }
+
+    /// The groups of `blocks`, which start with the blocks these groups are of, when each block
+    /// after those is a group of its own (no call id issued or answered, not a reasoning item
+    /// nor an assistant block that may follow one): the same as `build`, without reading the
+    /// blocks before. None otherwise.
+    pub fn extended(&self, blocks: &[Arc<Block>]) -> Option<Groups> {
+        let before = self.group_of.len();
+        let alone = |i: usize| {
+            let block = &blocks[i];
+            let follows_output = block.role == Role::Assistant
+                && i > 0
+                && (blocks[i - 1].role == Role::Assistant || blocks[i - 1].is_reasoning_item());
+            block.calls.is_empty() && block.result_ids.is_empty() && !block.is_reasoning_item() && !follows_output
+        };
+        if blocks.len() < before || !(before..blocks.len()).all(alone) {
+            return None;
+        }
+        let mut groups = self.clone();
+        for i in before..blocks.len() {
+            groups.group_of.push(groups.issues.len());
+            groups.members.push(i);
+            groups.starts.push(groups.members.len());
+            groups.issues.push(false);
+            groups.answers.push(false);
+        }
+        Some(groups)
     }
 
     pub fn len(&self) -> usize {
@@ -193,6 +220,40 @@ mod tests {
             {"role": "assistant", "content": "bye"}
         ]));
         assert_eq!(g.group_of, [0, 1, 1, 1, 1, 1, 2, 2, 3, 4, 5, 5]);
+    }
+
+    #[test]
+    fn groups_extended_by_blocks_of_their_own_are_the_groups_built() {
+        let values = json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "weather in Paris?"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "15C"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "15C"}]},
+            {"role": "assistant", "content": "anything else?"},
+            {"role": "user", "content": "no"},
+            {"role": "assistant", "content": "bye"},
+            {"role": "assistant", "tool_calls": [{"id": "a"}]},
+            {"role": "tool", "tool_call_id": "a"},
+            {"role": "user", "content": "thanks"},
+            {"role": "assistant", "content": "welcome"}
+        ]);
+        let blocks = parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let mut extended = 0;
+        for before in 0..=blocks.len() {
+            for after in before..=blocks.len() {
+                let built = Groups::build(&blocks[..after]);
+                if let Some(groups) = Groups::build(&blocks[..before]).extended(&blocks[..after]) {
+                    assert_eq!(groups, built, "{before} then {after}");
+                    extended += 1;
+                }
+            }
+        }
+        // A user turn, then the assistant's answer, after a user turn: extended, not rebuilt.
+        assert!(Groups::build(&blocks[..7]).extended(&blocks[..9]).is_some());
+        assert!(Groups::build(&blocks[..11]).extended(&blocks[..13]).is_some());
+        assert!(extended >= 20, "{extended}");
     }
 
     #[test]
