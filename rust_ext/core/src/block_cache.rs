@@ -12,9 +12,11 @@
 //! fills the cache. Two generations within a memory bound, as the count cache keeps them.
 //!
 //! The text of recent requests is also held (not copied: the caller's own text, shared), with
-//! their spans and blocks: a request that starts with the bytes of one of them (the same chat's
-//! history resent, a turn longer) takes the blocks of that common prefix as they are, and only
-//! the rest is scanned, hashed and looked up. Byte equality, no hash, decides that reuse.
+//! their spans, blocks and tool-call groups: a request that starts with the bytes of one of them
+//! (the same chat's history resent, a turn longer, or a retry) takes the blocks of that common
+//! prefix as they are, and only the rest is scanned, hashed, looked up and checked to be UTF-8.
+//! Byte equality, no hash, decides that reuse. They take at most a quarter of the bound on top of
+//! the generations' (their text and, about as much again, blocks that may outlive a generation).
 
 use crate::block::Block;
 use crate::group::Groups;
@@ -56,7 +58,7 @@ pub struct BlockCache {
 /// later request may reuse what was read from it.
 pub type SharedText = Arc<dyn AsRef<[u8]> + Send + Sync>;
 
-/// Requests read lately, most recently used last, within a quarter of the bound (their text).
+/// Requests read lately, most recently used last, within a quarter of the bound.
 #[derive(Default)]
 struct RecentRequests {
     requests: Vec<Arc<Recent>>,
@@ -76,8 +78,10 @@ struct Recent {
 }
 
 impl Recent {
+    /// Its text, and as much again for its blocks (as the generations count a block), and what
+    /// it holds per block.
     fn bytes(&self) -> usize {
-        (*self.text).as_ref().len() + self.spans.len() * RECENT_OVERHEAD
+        2 * (*self.text).as_ref().len() + self.spans.len() * RECENT_OVERHEAD
     }
 }
 
@@ -89,12 +93,15 @@ const RECENT_OVERHEAD: usize =
 /// Recent requests compared byte by byte with a new one that opens as they do, at most.
 const COMPARED: usize = 4;
 
+/// Blocks by key, with the bytes each is counted as.
+type Generation = FxHashMap<u128, (Arc<Block>, usize)>;
+
 /// Lookups try `current`, then `previous` (moving a hit into `current`); when `current` holds
 /// half the bound it becomes `previous` and the old `previous` is dropped.
 #[derive(Default)]
 struct Generations {
-    current: FxHashMap<u128, (Arc<Block>, usize)>,
-    previous: FxHashMap<u128, (Arc<Block>, usize)>,
+    current: Generation,
+    previous: Generation,
     current_bytes: usize,
     hits: u64,
     misses: u64,
@@ -130,8 +137,6 @@ impl Generations {
         }
     }
 }
-
-type Generation = FxHashMap<u128, (Arc<Block>, usize)>;
 
 impl RecentRequests {
     /// Up to `COMPARED` requests that open with the blocks of `opening` under `cap`, latest first.
@@ -327,9 +332,9 @@ pub fn read_json_conversation(
     let end = last_start + last_len;
     if let Some((request, reused)) = &prior {
         cache.recent().touch(request);
-        cache.count_reused(*reused);
         if *reused == request.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
             // The very request again (the same bytes): its reading as it is.
+            cache.count_reused(*reused);
             let conversation = Conversation { blocks: known, cuts: Vec::new(), over_cap: Vec::new() };
             return Ok((JsonConversation { conversation, spans }, Arc::clone(&request.groups)));
         }
@@ -363,6 +368,9 @@ pub fn read_json_conversation(
                 opening,
                 cap,
             };
+            if let Some((_, reused)) = &prior {
+                cache.count_reused(*reused);
+            }
             cache.remember(recent, prior.as_ref().map(|(request, _)| request));
             Ok((JsonConversation { conversation, spans }, groups))
         }
