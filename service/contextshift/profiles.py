@@ -304,13 +304,15 @@ def clear_cache() -> None:
 
 
 def block_cache_stats() -> CacheStats:
-    """The block cache: blocks read from JSON text, looked up by that text when it comes again."""
+    """The block cache: blocks read from JSON text, looked up by that text when it comes again
+    (a block taken from a recent request whose bytes a new one starts with counts as a hit)."""
     return CacheStats(*engine.block_cache_stats())
 
 
 def configure_block_cache(capacity_bytes: int) -> None:
     """Sets the block cache's memory bound (default 64 MiB, or `CONTEXTSHIFT_BLOCK_CACHE_BYTES`
-    at start), dropping what it holds; 0 turns it off."""
+    at start; recent requests' text, held for the next turn, take up to a quarter more),
+    dropping what it holds; 0 turns it off."""
     if capacity_bytes < 0:
         raise InvalidOptions([("capacity_bytes", f"must be >= 0, got {capacity_bytes}")])
     engine.configure_block_cache(capacity_bytes)

@@ -126,21 +126,31 @@ pub struct Reasoning {
     pub opaque: Strings,
 }
 
-/// A block's token count (base, reasoning) under the first profile that counted it, keyed by the
-/// profile's cache salt: a block shared through the block cache is counted once, not once per
-/// request. Not part of what the block is: every memo compares equal, and a clone starts empty.
+/// A block's token count (base, reasoning) under the first profile that counted it of each
+/// `MemoSlot`, keyed by the profile's cache salt: a block shared through the block cache is
+/// counted once, not once per request, also where a server counts with an exact profile and the
+/// heuristic alike. Not part of what the block is: every memo compares equal, and a clone starts
+/// empty.
 #[derive(Default)]
-pub struct CountMemo(OnceLock<(u128, u64, u64)>);
+pub struct CountMemo([OnceLock<(u128, u64, u64)>; 2]);
+
+/// Which of a memo's two counts: a profile whose counts go through the count cache (an exact
+/// tokenizer), or one whose do not (the heuristic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoSlot {
+    CountCached = 0,
+    Uncached = 1,
+}
 
 impl CountMemo {
     /// The count stored under `salt`.
-    pub fn get(&self, salt: u128) -> Option<(u64, u64)> {
-        self.0.get().filter(|(s, _, _)| *s == salt).map(|&(_, base, reasoning)| (base, reasoning))
+    pub fn get(&self, slot: MemoSlot, salt: u128) -> Option<(u64, u64)> {
+        self.0[slot as usize].get().filter(|(s, _, _)| *s == salt).map(|&(_, base, reasoning)| (base, reasoning))
     }
 
-    /// Stores a count unless one (of any profile) is there.
-    pub fn set(&self, salt: u128, base: u64, reasoning: u64) {
-        let _ = self.0.set((salt, base, reasoning));
+    /// Stores a count unless one (of any profile of the slot) is there.
+    pub fn set(&self, slot: MemoSlot, salt: u128, base: u64, reasoning: u64) {
+        let _ = self.0[slot as usize].set((salt, base, reasoning));
     }
 }
 

@@ -1,6 +1,6 @@
 //! Block and text token counts, in parallel once a batch holds enough text to pay for it.
 
-use crate::block::Block;
+use crate::block::{Block, MemoSlot};
 use crate::cache;
 use crate::json_text::to_json_text;
 use crate::profile::{Profile, ToolRule};
@@ -162,7 +162,8 @@ pub fn batch<T: Sync, R: Send>(
 /// Tokens of each block, in order. Takes references so a caller can count any selection. While
 /// the count cache is on, a block counted before under this profile (one found in the block cache)
 /// takes its count from its memo, and a block counted now leaves one: under any profile, as even
-/// the heuristic's count of a block's text costs more than reading its memo.
+/// the heuristic's count of a block's text costs more than reading its memo (in a slot of its
+/// own, so that a server counting with both keeps both).
 pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     let count = |blocks: &[&Block]| {
         if profile.uses_cache() {
@@ -174,9 +175,11 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     if !cache::global().enabled() {
         return count(blocks);
     }
-    let salt = profile.salt();
-    let mut counts: Vec<Option<BlockCount>> =
-        blocks.iter().map(|b| b.counted.get(salt).map(|(base, reasoning)| BlockCount { base, reasoning })).collect();
+    let (salt, slot) = (profile.salt(), if profile.uses_cache() { MemoSlot::CountCached } else { MemoSlot::Uncached });
+    let mut counts: Vec<Option<BlockCount>> = blocks
+        .iter()
+        .map(|b| b.counted.get(slot, salt).map(|(base, reasoning)| BlockCount { base, reasoning }))
+        .collect();
     let missing: Vec<&Block> = blocks.iter().zip(&counts).filter(|(_, c)| c.is_none()).map(|(b, _)| *b).collect();
     if profile.uses_cache() {
         // The count cache's stats count what it spared; a profile without the cache never had it.
@@ -186,7 +189,7 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
         let mut fresh = count(&missing).into_iter();
         for (block, count) in blocks.iter().zip(&mut counts).filter(|(_, c)| c.is_none()) {
             let found = fresh.next().expect("one count per block missing");
-            block.counted.set(salt, found.base, found.reasoning);
+            block.counted.set(slot, salt, found.base, found.reasoning);
             *count = Some(found);
         }
     }
@@ -336,6 +339,25 @@ mod tests {
         let qwen = count_blocks(&q, &refs);
         assert_eq!(qwen[2].reasoning, 505);
         assert_eq!(qwen[0].reasoning, q.text_tokens("abcd") + 5);
+    }
+
+    #[test]
+    fn a_block_keeps_a_count_of_an_exact_profile_and_of_the_heuristic() {
+        let values = serde_json::json!([{"role": "user", "content": "the quick brown fox, again and again"}]);
+        let blocks = crate::parse::parse_values(values.as_array().unwrap(), 50_000, "blocks").unwrap().blocks;
+        let block: &Block = &blocks[0];
+        let (h, o, c) = ["heuristic", "o200k_base", "cl100k_base"].map(|name| profile_by_name(name).unwrap()).into();
+        let fresh = |p: &Profile| block_count(p, block);
+        for _ in 0..2 {
+            for p in [&h, &o, &c] {
+                assert_eq!(count_blocks(p, &[block]), [fresh(p)]);
+            }
+        }
+        for (p, slot) in [(&h, MemoSlot::Uncached), (&o, MemoSlot::CountCached)] {
+            assert_eq!(block.counted.get(slot, p.salt()), Some((fresh(p).base, fresh(p).reasoning)));
+        }
+        // One count per slot: the second exact profile is counted through the count cache.
+        assert_eq!(block.counted.get(MemoSlot::CountCached, c.salt()), None);
     }
 
     #[test]
