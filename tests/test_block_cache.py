@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -112,3 +113,24 @@ def test_bytes_not_utf8_after_a_resent_history_are_refused_as_without_the_cache(
     assert errors[0] == errors[1]
     assert errors[0][0][0] == "blocks_json" and "not UTF-8" in errors[0][0][1]
     assert str(len(text) - 1 + len(b', {"id": "x", "role": "user", "content": "')) in errors[0][0][1]
+
+
+def test_chats_shifted_on_many_threads_at_once_are_shifted_as_without_the_cache() -> None:
+    # Eight chats sharing their opening (the recent requests' candidates), each resent a turn longer
+    # from four threads at once: every shift is the shift with the cache off.
+    opening: list[Block] = [
+        {"id": "sys", "role": "system", "content": "You are terse."},
+        {"id": "hello", "role": "user", "content": "hello"},
+    ]
+    chats = [
+        [
+            *opening,
+            *({"id": f"c{c}m{i}", "role": "assistant", "content": f"chat {c} turn {i}"} for i in range(30)),
+        ]
+        for c in range(8)
+    ]
+    requests = [(chat[:n], 60) for chat in chats for n in range(20, 33, 3)]
+    expected = [uncached(blocks, budget) for blocks, budget in requests]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda request: shift(*request), requests * 3))
+    assert got == expected * 3
