@@ -47,7 +47,7 @@ pub(crate) fn configure_block_cache(capacity_bytes: usize) {
 #[pyclass(frozen, module = "contextshift._core", name = "Conversation")]
 pub(crate) struct PyConversation {
     pub(crate) blocks: Vec<Arc<Block>>,
-    pub(crate) cuts: Vec<CharCut>,
+    pub(crate) cuts: Vec<Arc<CharCut>>,
     pub(crate) over_cap: Vec<OverCap>,
     /// Shared with the block cache's recent requests (for a conversation read from JSON).
     pub(crate) groups: Arc<Groups>,

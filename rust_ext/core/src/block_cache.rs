@@ -6,10 +6,10 @@
 //! (XXH3-128: a false hit needs a 128-bit collision) and looked up under one lock. Only text the
 //! reader has read is ever a key, and only a block read without a violation whose parsed form does
 //! not depend on its place is stored (a block without an id is named by its index), so a
-//! conversation read from the cache is the one `parse_json_blocks` gives. Anything the cache
-//! path does not handle (the char cap cuts a block, a duplicate id, a violation, text that is not
-//! an array of objects, a request mostly new) is read whole by `parse_json_blocks`, which also
-//! fills the cache. Two generations within a memory bound, as the count cache keeps them.
+//! conversation read from the cache is the one `parse_json_blocks` gives. A block over the char
+//! cap is stored as read and cut per request, as a whole read cuts it. Anything the cache path
+//! does not handle (a duplicate id, a violation, text that is not an array of objects, a request
+//! mostly new) is read whole by `parse_json_blocks`, which also fills the cache. Two generations within a memory bound, as the count cache keeps them.
 //!
 //! The text of recent requests is also held (not copied: the caller's own text, shared), with
 //! their spans, blocks and tool-call groups: a request that starts with the bytes of one of them
@@ -22,7 +22,7 @@ use crate::block::Block;
 use crate::group::Groups;
 use crate::json_doc::{parse_json_blocks, read_blocks, JsonConversation, TapeNode};
 use crate::json_spans::{first_object_spans, object_spans_after, Span};
-use crate::parse::{fits_cap, parse_block, CharCap, Conversation, Violation};
+use crate::parse::{capped, fits_cap, parse_block, CharCap, Conversation, Violation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -70,8 +70,8 @@ struct RecentRequests {
 /// with).
 struct Recent {
     text: SharedText,
-    spans: Vec<Span>,
-    blocks: Vec<Arc<Block>>,
+    /// Its blocks as read under `cap`: cut, or over it, as a whole read gives them.
+    read: JsonConversation,
     groups: Arc<Groups>,
     opening: [u128; PROBED],
     cap: CharCap,
@@ -81,7 +81,18 @@ impl Recent {
     /// Its text, and as much again for its blocks (as the generations count a block), and what
     /// it holds per block.
     fn bytes(&self) -> usize {
-        2 * (*self.text).as_ref().len() + self.spans.len() * RECENT_OVERHEAD
+        2 * (*self.text).as_ref().len() + self.read.spans.len() * RECENT_OVERHEAD
+    }
+
+    /// Its first `n` blocks, with their spans, cuts and blocks over the cap.
+    fn prefix(&self, n: usize) -> JsonConversation {
+        let read = &self.read.conversation;
+        let conversation = Conversation {
+            blocks: read.blocks[..n].to_vec(),
+            cuts: read.cuts.iter().filter(|c| c.index < n).map(Arc::clone).collect(),
+            over_cap: read.over_cap.iter().filter(|o| o.index < n).copied().collect(),
+        };
+        JsonConversation { conversation, spans: self.read.spans[..n].to_vec() }
     }
 }
 
@@ -308,74 +319,66 @@ pub fn read_json_conversation(
         return read_whole(shared, utf8(bytes, field)?, cap, field, cache);
     };
     let prior = longest_shared_prefix(bytes, cache.recent().opening_with(&opening, cap));
-    let (text, mut spans, known) = match &prior {
+    // What is known without reading: the blocks of a recent request's prefix (under this cap), or
+    // none and the probed blocks found (to go through the cap with the rest).
+    let (text, mut known, mut found, mut new_keys) = match &prior {
         Some((request, reused)) => {
-            let (start, len) = request.spans[*reused - 1];
+            let (start, len) = request.read.spans[*reused - 1];
             if simdutf8::basic::from_utf8(&bytes[start + len..]).is_err() {
                 utf8(bytes, field)?; // the violation says where, in the whole text
             }
             // SAFETY: up to the end of the last block taken (a `}`: a char boundary) the bytes are
             // a recent request's, which were UTF-8 before it was kept; the rest is checked above.
             let text = unsafe { std::str::from_utf8_unchecked(bytes) };
-            (text, request.spans[..*reused].to_vec(), request.blocks[..*reused].to_vec())
+            (text, request.prefix(*reused), Vec::new(), Vec::new())
         }
         None => {
             let text = utf8(bytes, field)?;
-            let found: Option<Vec<Arc<Block>>> = cache.get_many(&opening).into_iter().collect();
-            match found {
-                Some(found) if found.iter().all(|block| fits_cap(block, cap)) => (text, probe, found),
-                _ => return read_whole(shared, text, cap, field, cache),
+            let probed = cache.get_many(&opening);
+            if probed.iter().any(Option::is_none) {
+                return read_whole(shared, text, cap, field, cache);
             }
+            let nothing = Conversation { blocks: Vec::new(), cuts: Vec::new(), over_cap: Vec::new() };
+            (text, JsonConversation { conversation: nothing, spans: probe }, probed, opening.to_vec())
         }
     };
-    let &(last_start, last_len) = spans.last().expect("a prefix of at least the probed blocks");
+    let &(last_start, last_len) = known.spans.last().expect("a prefix of at least the probed blocks");
     let end = last_start + last_len;
     if let Some((request, reused)) = &prior {
         cache.recent().touch(request);
-        if *reused == request.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
+        if *reused == request.read.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
             // The very request again (the same bytes): its reading as it is.
             cache.count_reused(*reused);
-            let conversation = Conversation { blocks: known, cuts: Vec::new(), over_cap: Vec::new() };
-            return Ok((JsonConversation { conversation, spans }, Arc::clone(&request.groups)));
+            return Ok((known, Arc::clone(&request.groups)));
         }
     }
     let Some(rest) = object_spans_after(text, end) else {
         return read_whole(shared, text, cap, field, cache);
     };
     let rest_keys = keys(bytes, &rest);
-    let found = cache.get_many(&rest_keys);
+    found.extend(cache.get_many(&rest_keys));
+    new_keys.extend(rest_keys);
     let new = found.iter().filter(|b| b.is_none()).count();
-    if new * MOSTLY_NEW > known.len() + rest.len() {
+    if new * MOSTLY_NEW > known.spans.len() + rest.len() {
         return read_whole(shared, text, cap, field, cache);
     }
-    let offset = known.len();
-    spans.extend_from_slice(&rest);
-    match from_cache(text, &spans, known, found, cap) {
-        Some((conversation, read)) => {
-            cache.put_many(
-                read.iter().map(|&i| (rest_keys[i - offset], Arc::clone(&conversation.blocks[i]), spans[i].1)),
-            );
-            let extended = prior
-                .as_ref()
-                .filter(|(request, reused)| *reused == request.spans.len())
-                .and_then(|(request, _)| request.groups.extended(&conversation.blocks));
-            let groups = Arc::new(extended.unwrap_or_else(|| Groups::build(&conversation.blocks)));
-            let recent = Recent {
-                text: Arc::clone(shared),
-                spans: spans.clone(),
-                blocks: conversation.blocks.clone(),
-                groups: Arc::clone(&groups),
-                opening,
-                cap,
-            };
-            if let Some((_, reused)) = &prior {
-                cache.count_reused(*reused);
-            }
-            cache.remember(recent, prior.as_ref().map(|(request, _)| request));
-            Ok((JsonConversation { conversation, spans }, groups))
-        }
-        None => read_whole(shared, text, cap, field, cache),
+    let offset = known.conversation.blocks.len();
+    known.spans.extend_from_slice(&rest);
+    let Some((parsed, read)) = from_cache(text, known, found, cap) else {
+        return read_whole(shared, text, cap, field, cache);
+    };
+    cache.put_many(read.into_iter().map(|(i, block)| (new_keys[i - offset], block, parsed.spans[i].1)));
+    let extended = prior
+        .as_ref()
+        .filter(|(request, reused)| *reused == request.read.spans.len())
+        .and_then(|(request, _)| request.groups.extended(&parsed.conversation.blocks));
+    let groups = Arc::new(extended.unwrap_or_else(|| Groups::build(&parsed.conversation.blocks)));
+    if let Some((_, reused)) = &prior {
+        cache.count_reused(*reused);
     }
+    let recent = Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), opening, cap };
+    cache.remember(recent, prior.as_ref().map(|(request, _)| request));
+    Ok((parsed, groups))
 }
 
 fn with_groups(parsed: JsonConversation) -> (JsonConversation, Arc<Groups>) {
@@ -400,7 +403,7 @@ fn longest_shared_prefix(text: &[u8], candidates: Vec<Arc<Recent>>) -> Option<(A
         .into_iter()
         .map(|request| {
             let common = common_prefix(text, (*request.text).as_ref());
-            let reused = request.spans.partition_point(|&(start, len)| start + len <= common);
+            let reused = request.read.spans.partition_point(|&(start, len)| start + len <= common);
             (request, reused)
         })
         .filter(|&(_, reused)| reused >= PROBED)
@@ -450,66 +453,66 @@ fn read_whole(
     }
     let spans: Vec<Span> = storable.iter().map(|&i| parsed.spans[i]).collect();
     let keys = keys(text.as_bytes(), &spans);
-    if changed.is_empty() && conv.blocks.len() >= PROBED {
-        let recent = Recent {
-            text: Arc::clone(shared),
-            spans: parsed.spans.clone(),
-            blocks: conv.blocks.clone(),
-            groups: Arc::clone(&groups),
-            opening: [0, 1].map(|i| key(text.as_bytes(), parsed.spans[i])),
-            cap,
-        };
+    if conv.blocks.len() >= PROBED {
+        let opening = [0, 1].map(|i| key(text.as_bytes(), parsed.spans[i]));
+        let recent =
+            Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), opening, cap };
         cache.remember(recent, None);
     }
     cache.put_many(storable.iter().zip(keys).map(|(&i, key)| (key, Arc::clone(&conv.blocks[i]), parsed.spans[i].1)));
     Ok((parsed, groups))
 }
 
-/// The conversation from the `known` blocks (of a recent request, or found: they fit `cap`),
-/// then the rest, cached (`found`) or read one at a time, with the indices of those read (to
-/// store); None where only the whole read gives the right answer: a violation, a block the char
-/// cap changes, a duplicate id.
+/// The conversation from the `known` blocks (of a recent request under the same cap, or none),
+/// then the rest, cached (`found`) or read one at a time, each through the char cap as a whole
+/// read takes it, with the blocks read (by index, uncut: to store); None where only the whole
+/// read gives the right answer: a violation, a duplicate id.
 fn from_cache(
     text: &str,
-    spans: &[Span],
-    known: Vec<Arc<Block>>,
+    known: JsonConversation,
     found: Vec<Option<Arc<Block>>>,
     cap: CharCap,
-) -> Option<(Conversation, Vec<usize>)> {
-    let mut blocks = known;
+) -> Option<(JsonConversation, Vec<Read>)> {
+    let JsonConversation { conversation: Conversation { mut blocks, mut cuts, mut over_cap }, spans } = known;
     blocks.reserve(found.len());
     let mut read = Vec::new();
     for cached in found {
         let index = blocks.len();
+        let (start, len) = spans[index];
+        let object = &text[start..start + len];
         let block = match cached {
             Some(block) => block,
             None => {
-                let (start, len) = spans[index];
-                let block = read_one(&text[start..start + len], index)?;
+                let block = with_node(object, |node| parse_block(node, index, "blocks").ok()).map(Arc::new)?;
                 if !named_by_place(&block, index) {
-                    read.push(index);
+                    read.push((index, Arc::clone(&block)));
                 }
                 block
             }
         };
-        if !fits_cap(&block, cap) {
-            return None;
+        if fits_cap(&block, cap) {
+            blocks.push(block);
+            continue;
         }
-        blocks.push(block);
+        let capped = with_node(object, |node| capped(node, (*block).clone(), index, "blocks", cap).ok())?;
+        blocks.push(capped.push_into(&mut cuts, &mut over_cap));
     }
     let mut ids: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(blocks.len(), Default::default());
     if !blocks.iter().all(|b| ids.insert(b.id.as_str())) {
         return None;
     }
-    Some((Conversation { blocks, cuts: Vec::new(), over_cap: Vec::new() }, read))
+    Some((JsonConversation { conversation: Conversation { blocks, cuts, over_cap }, spans }, read))
 }
 
-/// One block's JSON text read as the block at `index`; None if anything is wrong with it.
-fn read_one(object: &str, index: usize) -> Option<Arc<Block>> {
+/// A block read from its text, at its index, as read (before any cut).
+type Read = (usize, Arc<Block>);
+
+/// `f` of the node of one block's JSON text, read on its own; None if the text is not one block
+/// (or has a repeated key).
+fn with_node<T>(object: &str, f: impl FnOnce(&TapeNode) -> Option<T>) -> Option<T> {
     let array = format!("[{object}]");
     let document = read_blocks(&array).ok().filter(|d| d.repeated.is_empty() && d.elements.len() == 1)?;
-    let node = TapeNode { tape: &document.tape, at: document.elements[0] };
-    parse_block(&node, index, "blocks").ok().map(Arc::new)
+    f(&TapeNode { tape: &document.tape, at: document.elements[0] })
 }
 
 /// A block without an id is named `#<index>`: read elsewhere it is another block.
@@ -603,11 +606,18 @@ mod tests {
         ] {
             assert!(check(&bad).is_err(), "{bad}");
         }
-        // Under another cap the recent request is not taken (its blocks may be cut).
-        same(
-            &parse_json_blocks_cached(&shared(&full), 12, "blocks", &cache).unwrap(),
-            &parse_json_blocks(&full, 12, "blocks").unwrap(),
-        );
+        // Under another cap the recent request is not taken (its blocks may be cut); under that
+        // cap, its next turn takes the cut blocks and their cuts as they are.
+        let cut = |text: &str| {
+            let cached = parse_json_blocks_cached(&shared(text), 12, "blocks", &cache).unwrap();
+            let whole = parse_json_blocks(text, 12, "blocks").unwrap();
+            assert!(!whole.conversation.cuts.is_empty());
+            same(&cached, &whole);
+        };
+        cut(&full);
+        let before = cache.stats();
+        cut(&chat(33));
+        assert_eq!(cache.stats().hits - before.hits, 32, "{:?}", cache.stats());
     }
 
     #[test]
@@ -623,7 +633,7 @@ mod tests {
     }
 
     #[test]
-    fn what_depends_on_the_request_is_read_whole() {
+    fn what_depends_on_the_request_is_as_a_whole_read_gives_it() {
         let cache = BlockCache::new(1 << 20);
         let text = chat(8);
         parse_json_blocks_cached(&shared(&text), 1000, "blocks", &cache).unwrap();
@@ -639,7 +649,7 @@ mod tests {
                 .collect();
             assert_eq!(ids, ["#0", "#1"]);
         }
-        // Cached blocks under a smaller cap are cut, as a whole read cuts them.
+        // Cached blocks under a smaller cap are cut, as a whole read cuts them (found, then cut).
         same(
             &parse_json_blocks_cached(&shared(&text), 5, "blocks", &cache).unwrap(),
             &parse_json_blocks(&text, 5, "blocks").unwrap(),

@@ -194,7 +194,7 @@ impl Node for TapeNode<'_, '_> {
 }
 
 /// A conversation read from JSON text, with where each block's text lies in that input.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct JsonConversation {
     pub conversation: Conversation,
     /// Byte range of each top-level element in the input.

@@ -171,7 +171,8 @@ pub struct OverCap {
 pub struct Conversation {
     /// Shared: a block read before is the block cached then (`block_cache`).
     pub blocks: Vec<Arc<Block>>,
-    pub cuts: Vec<CharCut>,
+    /// Shared: a recent request's cuts are taken with its blocks (`block_cache`).
+    pub cuts: Vec<Arc<CharCut>>,
     pub over_cap: Vec<OverCap>,
 }
 
@@ -235,28 +236,13 @@ pub fn parse_conversation<N: Node>(
                 continue;
             }
         };
-        if fits_cap(&block, cap) {
-            ids.push((index, Id::Parsed(blocks.len())));
-            blocks.push(Arc::new(block));
-            continue;
-        }
-        let max_chars = cap.of(&block);
-        // Reasoning is never cut: the text gets what it leaves, or the block goes whole.
-        let reasoning_chars = block.reasoning_chars();
-        if reasoning_chars + TRUNCATED_SUFFIX.len() > max_chars {
-            over_cap.push(OverCap { index, reasoning_chars, cap: max_chars });
-            ids.push((index, Id::Parsed(blocks.len())));
-            blocks.push(Arc::new(block));
-            continue;
-        }
-        match cut_block(node, index, list_name, max_chars - reasoning_chars) {
-            Ok((cut_block, cut)) => {
+        match capped(node, block, index, list_name, cap) {
+            Ok(capped) => {
                 ids.push((index, Id::Parsed(blocks.len())));
-                blocks.push(Arc::new(cut_block));
-                cuts.push(cut);
+                blocks.push(capped.push_into(&mut cuts, &mut over_cap));
             }
-            Err(v) => {
-                ids.push((index, Id::Owned(block.id)));
+            Err((id, v)) => {
+                ids.push((index, Id::Owned(id)));
                 violations.extend(v);
             }
         }
@@ -268,6 +254,54 @@ pub fn parse_conversation<N: Node>(
     all.extend(violations);
     all.sort_by_key(|v| v.index); // stable: a block's duplicate id before its other violations
     Err(all)
+}
+
+/// A block under the char cap: as read, over it with reasoning that leaves no room (whole), or cut.
+pub enum Capped {
+    Fits(Block),
+    OverCap(Block, OverCap),
+    Cut(Block, Box<CharCut>),
+}
+
+impl Capped {
+    /// The block as it goes in; its cut or its over-cap entry recorded.
+    pub fn push_into(self, cuts: &mut Vec<Arc<CharCut>>, over_cap: &mut Vec<OverCap>) -> Arc<Block> {
+        match self {
+            Capped::Fits(block) => Arc::new(block),
+            Capped::OverCap(block, over) => {
+                over_cap.push(over);
+                Arc::new(block)
+            }
+            Capped::Cut(block, cut) => {
+                cuts.push(Arc::from(cut));
+                Arc::new(block)
+            }
+        }
+    }
+}
+
+/// `block`, read from `node` at `index`, under `cap` (the block cache cuts a block found or read
+/// on its own as a whole read cuts it); a cut that fails gives the block's id and the violations.
+pub fn capped<N: Node>(
+    node: &N,
+    block: Block,
+    index: usize,
+    list_name: &str,
+    cap: CharCap,
+) -> Result<Capped, (String, Vec<Violation>)> {
+    if fits_cap(&block, cap) {
+        return Ok(Capped::Fits(block));
+    }
+    let max_chars = cap.of(&block);
+    // Reasoning is never cut: the text gets what it leaves, or the block goes whole.
+    let reasoning_chars = block.reasoning_chars();
+    if reasoning_chars + TRUNCATED_SUFFIX.len() > max_chars {
+        return Ok(Capped::OverCap(block, OverCap { index, reasoning_chars, cap: max_chars }));
+    }
+    match cut_block(node, index, list_name, max_chars - reasoning_chars) {
+        Ok((cut_block, cut)) => Ok(Capped::Cut(cut_block, Box::new(cut))),
+        Err(v) => Err((block.id, v)),
+    }
 }
 
 /// Whether `block` is within its char cap (and so goes in as read).
