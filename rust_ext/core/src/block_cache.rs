@@ -163,12 +163,16 @@ impl RecentRequests {
         if let Some(at) = replaced.and_then(|old| self.requests.iter().position(|r| Arc::ptr_eq(r, old))) {
             dropped.push(self.requests.remove(at));
         }
+        // What it replaces is out before the bound is checked: a request over half the bound
+        // would otherwise push out itself.
+        self.bytes -= dropped.iter().map(|r| r.bytes()).sum::<usize>();
         self.bytes += request.bytes();
         self.requests.push(request);
         while self.bytes > bound && !self.requests.is_empty() {
-            dropped.push(self.requests.remove(0));
+            let oldest = self.requests.remove(0);
+            self.bytes -= oldest.bytes();
+            dropped.push(oldest);
         }
-        self.bytes -= dropped.iter().map(|r| r.bytes()).sum::<usize>();
         dropped
     }
 
@@ -618,6 +622,22 @@ mod tests {
         let before = cache.stats();
         cut(&chat(33));
         assert_eq!(cache.stats().hits - before.hits, 32, "{:?}", cache.stats());
+    }
+
+    #[test]
+    fn a_recent_request_over_half_its_bound_is_still_taken_by_the_next_turn() {
+        // Long blocks, so that their text is most of what they cost.
+        let long = |n: usize| chat(n).replace("turn ", &"a long turn ".repeat(60));
+        let text = long(40);
+        // Recent requests get a quarter of the bound, and this one takes two thirds of that.
+        let cache = BlockCache::new(4 * (2 * text.len() + 40 * RECENT_OVERHEAD) * 3 / 2);
+        parse_json_blocks_cached(&shared(&text), 1000, "blocks", &cache).unwrap();
+        for n in 41..45 {
+            let before = cache.stats();
+            parse_json_blocks_cached(&shared(&long(n)), 1000, "blocks", &cache).unwrap();
+            assert_eq!(cache.stats().hits - before.hits, n as u64 - 1, "turn {n}: {:?}", cache.stats());
+            assert_eq!(cache.recent().requests.len(), 1, "turn {n} is held in place of the one before");
+        }
     }
 
     #[test]
