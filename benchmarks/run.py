@@ -22,8 +22,8 @@ rule, and again given the cached shifts' counts by a dict lookup, same budget). 
 the ratios, checks the targets of the engine issues (>= 20x the reference and >= 100x trim_messages
 at 10k; with cached counts at 10k and 100k, >= 3x trim_messages given its counts from JSON bytes
 (every decision read, the service's reply, and that reply for a chat's next turn: one block more,
-new bytes each call) and >= 2x from dicts, 100k blocks under 50 ms; growth from 10k to 100k at most 11x), prints the
-peak memory of one shift (benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots
+new bytes each call) and >= 2x from dicts, 100k blocks under 50 ms; growth from 10k to 100k at
+most 11x), prints the peak memory of one shift (benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots
 (benchmarks/plots.py: docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
 Timings are medians of repeated runs; ratios, not absolute times, are what to compare across
 machines.

@@ -1,6 +1,7 @@
 //! What every entry point shares: the exceptions of `contextshift.errors`, the guard that turns a
 //! panic into `InternalError`, and readers of common arguments (JSON text, the char cap, a profile).
 
+use contextshift_core::json_doc::utf8_text;
 use contextshift_core::{profile_by_name, CharCap, Profile, ProfileError, Reason, Violation};
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
@@ -62,7 +63,7 @@ impl JsonText {
     pub(crate) fn checked(&self) -> Result<&str, String> {
         match self {
             JsonText::Str(s) => Ok(s),
-            JsonText::Bytes(b) => simdutf8::compat::from_utf8(b).map_err(|e| format!("not UTF-8: {e}")),
+            JsonText::Bytes(b) => utf8_text(b),
         }
     }
 }

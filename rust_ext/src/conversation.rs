@@ -64,7 +64,7 @@ pub(crate) struct JsonSource {
 }
 
 impl JsonSource {
-    pub(crate) fn text(&self) -> &str {
+    fn text(&self) -> &str {
         // SAFETY: see `text`; a Python `str` or `bytes` never changes.
         unsafe { std::str::from_utf8_unchecked((*self.text).as_ref()) }
     }

@@ -9,7 +9,8 @@
 //! conversation read from the cache is the one `parse_json_blocks` gives. A block over the char
 //! cap is stored as read and cut per request, as a whole read cuts it. Anything the cache path
 //! does not handle (a duplicate id, a violation, text that is not an array of objects, a request
-//! mostly new) is read whole by `parse_json_blocks`, which also fills the cache. Two generations within a memory bound, as the count cache keeps them.
+//! mostly new) is read whole by `parse_json_blocks`, which also fills the cache. Two generations
+//! within a memory bound, as the count cache keeps them.
 //!
 //! The text of recent requests is also held (not copied: the caller's own text, shared), with
 //! their spans, blocks and tool-call groups: a request that starts with the bytes of one of them
@@ -20,7 +21,7 @@
 
 use crate::block::Block;
 use crate::group::Groups;
-use crate::json_doc::{parse_json_blocks, read_blocks, JsonConversation, TapeNode};
+use crate::json_doc::{parse_json_blocks, read_blocks, utf8_text, JsonConversation, TapeNode};
 use crate::json_spans::{first_object_spans, object_spans_after, Span};
 use crate::parse::{capped, fits_cap, parse_block, CharCap, Conversation, Violation};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -65,9 +66,9 @@ struct RecentRequests {
     bytes: usize,
 }
 
-/// A request read without a cut under `cap`: its text (UTF-8: kept only once read), spans and
-/// blocks, and the keys of its first blocks (to find the requests a new one may share a prefix
-/// with).
+/// A request read under `cap`: its text (UTF-8: kept only once read), what was read from it, its
+/// tool-call groups, and the keys of its first blocks (to find the requests a new one may share a
+/// prefix with).
 struct Recent {
     text: SharedText,
     /// Its blocks as read under `cap`: cut, or over it, as a whole read gives them.
@@ -349,9 +350,10 @@ pub fn read_json_conversation(
     let &(last_start, last_len) = known.spans.last().expect("a prefix of at least the probed blocks");
     let end = last_start + last_len;
     if let Some((request, reused)) = &prior {
-        cache.recent().touch(request);
         if *reused == request.read.spans.len() && bytes[end..] == (*request.text).as_ref()[end..] {
-            // The very request again (the same bytes): its reading as it is.
+            // The very request again (the same bytes): its reading as it is. (Any other request
+            // is kept in place of the one it extends, or beside it.)
+            cache.recent().touch(request);
             cache.count_reused(*reused);
             return Ok((known, Arc::clone(&request.groups)));
         }
@@ -392,8 +394,7 @@ fn with_groups(parsed: JsonConversation) -> (JsonConversation, Arc<Groups>) {
 
 /// `bytes` as text, or the violation on `field` that says where they are not UTF-8.
 fn utf8<'a>(bytes: &'a [u8], field: &str) -> Result<&'a str, Vec<Violation>> {
-    simdutf8::compat::from_utf8(bytes)
-        .map_err(|e| vec![Violation { index: 0, field: field.to_owned(), description: format!("not UTF-8: {e}") }])
+    utf8_text(bytes).map_err(|description| vec![Violation { index: 0, field: field.to_owned(), description }])
 }
 
 /// Blocks probed before a request is scanned.
@@ -437,7 +438,7 @@ fn key(text: &[u8], (start, len): Span) -> u128 {
 }
 
 /// `parse_json_blocks`; the blocks that may be stored put in `cache`, and the request kept as a
-/// recent one when nothing in it was cut.
+/// recent one.
 fn read_whole(
     shared: &SharedText,
     text: &str,
@@ -458,7 +459,7 @@ fn read_whole(
     let spans: Vec<Span> = storable.iter().map(|&i| parsed.spans[i]).collect();
     let keys = keys(text.as_bytes(), &spans);
     if conv.blocks.len() >= PROBED {
-        let opening = [0, 1].map(|i| key(text.as_bytes(), parsed.spans[i]));
+        let opening = std::array::from_fn(|i| key(text.as_bytes(), parsed.spans[i]));
         let recent =
             Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), opening, cap };
         cache.remember(recent, None);

@@ -165,8 +165,9 @@ pub fn batch<T: Sync, R: Send>(
 /// the heuristic's count of a block's text costs more than reading its memo (in a slot of its
 /// own, so that a server counting with both keeps both).
 pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
+    let cached = profile.uses_cache();
     let count = |blocks: &[&Block]| {
-        if profile.uses_cache() {
+        if cached {
             count_blocks_cached(profile, blocks)
         } else {
             batch(profile, blocks, |b| b.text_bytes(), |b| block_count(profile, b))
@@ -175,13 +176,13 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     if !cache::global().enabled() {
         return count(blocks);
     }
-    let (salt, slot) = (profile.salt(), if profile.uses_cache() { MemoSlot::CountCached } else { MemoSlot::Uncached });
+    let (salt, slot) = (profile.salt(), if cached { MemoSlot::CountCached } else { MemoSlot::Uncached });
     let mut counts: Vec<Option<BlockCount>> = blocks
         .iter()
         .map(|b| b.counted.get(slot, salt).map(|(base, reasoning)| BlockCount { base, reasoning }))
         .collect();
     let missing: Vec<&Block> = blocks.iter().zip(&counts).filter(|(_, c)| c.is_none()).map(|(b, _)| *b).collect();
-    if profile.uses_cache() {
+    if cached {
         // The count cache's stats count what it spared; a profile without the cache never had it.
         cache::global().add_memo_hits(blocks.len() - missing.len());
     }

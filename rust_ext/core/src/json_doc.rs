@@ -201,6 +201,11 @@ pub struct JsonConversation {
     pub spans: Vec<Span>,
 }
 
+/// `bytes` as text, or what says where they are not UTF-8 (the message JSON text's callers give).
+pub fn utf8_text(bytes: &[u8]) -> Result<&str, String> {
+    simdutf8::compat::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))
+}
+
 /// Parses a JSON array of blocks. Malformed text is one violation on `field` saying what is
 /// wrong and where (line and column); a block with a repeated key is a violation naming the key's
 /// place (`blocks[2].content[0].text`), reported with the block's other violations.
