@@ -5,9 +5,9 @@
 use crate::block::{Block, Role};
 use rustc_hash::FxHashMap;
 use std::collections::hash_map::Entry;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Groups {
     /// Group number of each block.
     pub group_of: Vec<usize>,
@@ -17,6 +17,40 @@ pub struct Groups {
     /// Group `g` has a member that issues a call / that answers one.
     issues: Vec<bool>,
     answers: Vec<bool>,
+    /// The group of each call id its blocks issue or answer, once a next turn has needed it: built
+    /// then, and handed on to the groups extended from these (a chat's next turns then read no
+    /// block before their own). Taken, not shared: groups extended twice build it again.
+    calls: Mutex<Option<CallIndex>>,
+}
+
+type CallIndex = FxHashMap<Box<str>, usize>;
+
+impl Clone for Groups {
+    fn clone(&self) -> Groups {
+        Groups {
+            group_of: self.group_of.clone(),
+            starts: self.starts.clone(),
+            members: self.members.clone(),
+            issues: self.issues.clone(),
+            answers: self.answers.clone(),
+            calls: Mutex::new(None),
+        }
+    }
+}
+
+/// The same groups of the same blocks (the call index is what they know of them, not what they are).
+impl PartialEq for Groups {
+    fn eq(&self, other: &Groups) -> bool {
+        (&self.group_of, &self.starts, &self.members, &self.issues, &self.answers)
+            == (&other.group_of, &other.starts, &other.members, &other.issues, &other.answers)
+    }
+}
+
+impl Eq for Groups {}
+
+/// The call ids `block` issues and answers.
+fn call_ids(block: &Block) -> impl Iterator<Item = &str> {
+    block.calls.iter().map(|c| c.id.as_str()).chain(block.result_ids.iter().map(String::as_str))
 }
 
 impl Groups {
@@ -26,8 +60,7 @@ impl Groups {
         let ids = blocks.iter().map(|b| b.calls.len() + b.result_ids.len()).sum();
         let mut first_with_id: FxHashMap<&str, usize> = FxHashMap::with_capacity_and_hasher(ids, Default::default());
         for (i, block) in blocks.iter().enumerate() {
-            let ids = block.calls.iter().map(|c| c.id.as_str()).chain(block.result_ids.iter().map(String::as_str));
-            for id in ids {
+            for id in call_ids(block) {
                 match first_with_id.entry(id) {
                     Entry::Occupied(first) => union(&mut parent, i, *first.get()),
                     Entry::Vacant(slot) => {
@@ -77,34 +110,76 @@ impl Groups {
             issues[g] |= !blocks[i].calls.is_empty();
             answers[g] |= !blocks[i].result_ids.is_empty();
         }
-        Groups { group_of, starts, members, issues, answers }
+        Groups { group_of, starts, members, issues, answers, calls: Mutex::new(None) }
     }
 
     /// The groups of `blocks`, which start with the blocks these groups are of, when each block
-    /// after those is a group of its own (no call id issued or answered, not a reasoning item
-    /// nor an assistant block that may follow one): the same as `build`, without reading the
-    /// blocks before. None otherwise.
+    /// after those is a group of its own or joins one group through its call ids (and is not a
+    /// reasoning item nor an assistant block that may follow one): the same as `build`, reading
+    /// only the blocks after (and, the first time, the call ids of those before). None otherwise.
     pub fn extended(&self, blocks: &[Arc<Block>]) -> Option<Groups> {
         let before = self.group_of.len();
-        let alone = |i: usize| {
-            let block = &blocks[i];
-            let follows_output = block.role == Role::Assistant
+        let follows_output = |i: usize| {
+            blocks[i].role == Role::Assistant
                 && i > 0
-                && (blocks[i - 1].role == Role::Assistant || blocks[i - 1].is_reasoning_item());
-            block.calls.is_empty() && block.result_ids.is_empty() && !block.is_reasoning_item() && !follows_output
+                && (blocks[i - 1].role == Role::Assistant || blocks[i - 1].is_reasoning_item())
         };
-        if blocks.len() < before || !(before..blocks.len()).all(alone) {
+        if blocks.len() < before || (before..blocks.len()).any(|i| blocks[i].is_reasoning_item() || follows_output(i)) {
             return None;
         }
+        let taken = self.calls.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        // Needed only if a new block has call ids; else handed on if there was one.
+        let needed = || (before..blocks.len()).any(|i| call_ids(&blocks[i]).next().is_some());
+        let mut calls = taken.or_else(|| needed().then(|| self.call_index(&blocks[..before])));
         let mut groups = self.clone();
-        for i in before..blocks.len() {
-            groups.group_of.push(groups.issues.len());
-            groups.members.push(i);
-            groups.starts.push(groups.members.len());
-            groups.issues.push(false);
-            groups.answers.push(false);
+        for (i, block) in blocks.iter().enumerate().skip(before) {
+            let mut joined = None;
+            for id in call_ids(block) {
+                let Some(calls) = &calls else { break };
+                match (joined, calls.get(id)) {
+                    (_, None) => {}
+                    (None, Some(&g)) => joined = Some(g),
+                    (Some(h), Some(&g)) if g != h => return None, // joins two groups: built anew
+                    (Some(_), Some(_)) => {}
+                }
+            }
+            let g = match joined {
+                Some(g) => {
+                    // The latest member: last of its group.
+                    groups.members.insert(groups.starts[g + 1], i);
+                    groups.starts[g + 1..].iter_mut().for_each(|start| *start += 1);
+                    g
+                }
+                None => {
+                    groups.members.push(i);
+                    groups.starts.push(groups.members.len());
+                    groups.issues.push(false);
+                    groups.answers.push(false);
+                    groups.issues.len() - 1
+                }
+            };
+            groups.group_of.push(g);
+            groups.issues[g] |= !block.calls.is_empty();
+            groups.answers[g] |= !block.result_ids.is_empty();
+            if let Some(calls) = &mut calls {
+                for id in call_ids(block) {
+                    calls.entry(id.into()).or_insert(g);
+                }
+            }
         }
+        groups.calls = Mutex::new(calls);
         Some(groups)
+    }
+
+    /// The group of each call id of `blocks`, the blocks these groups are of.
+    fn call_index(&self, blocks: &[Arc<Block>]) -> CallIndex {
+        let mut calls = CallIndex::default();
+        for (block, &g) in blocks.iter().zip(&self.group_of) {
+            for id in call_ids(block) {
+                calls.entry(id.into()).or_insert(g);
+            }
+        }
+        calls
     }
 
     pub fn len(&self) -> usize {
@@ -250,10 +325,26 @@ mod tests {
                 }
             }
         }
-        // A user turn, then the assistant's answer, after a user turn: extended, not rebuilt.
+        // A user turn, then the assistant's answer, after a user turn: extended, not rebuilt; so
+        // is a tool's result, which joins its call's group, and the blocks after it.
         assert!(Groups::build(&blocks[..7]).extended(&blocks[..9]).is_some());
         assert!(Groups::build(&blocks[..11]).extended(&blocks[..13]).is_some());
-        assert!(extended >= 20, "{extended}");
+        assert!(Groups::build(&blocks[..10]).extended(&blocks[..13]).is_some());
+        assert!(extended >= 29, "{extended}");
+        // Extended turn after turn, the call index handed on each time.
+        let mut twice = 0;
+        for a in 0..=blocks.len() {
+            for b in a..=blocks.len() {
+                for c in b..=blocks.len() {
+                    let once = Groups::build(&blocks[..a]).extended(&blocks[..b]);
+                    if let Some(groups) = once.and_then(|once| once.extended(&blocks[..c])) {
+                        assert_eq!(groups, Groups::build(&blocks[..c]), "{a} then {b} then {c}");
+                        twice += 1;
+                    }
+                }
+            }
+        }
+        assert!(twice >= 50, "{twice}");
     }
 
     #[test]
