@@ -9,6 +9,7 @@ use crate::convert;
 use crate::counting::{retention_of, PyCounts};
 use crate::decisions::PyPlan;
 use crate::objects::Tupled;
+use crate::recent_dicts;
 use contextshift_core::block_cache::{self, read_json_conversation, SharedText};
 use contextshift_core::count::BlockCount;
 use contextshift_core::group::tool_use_turns;
@@ -17,8 +18,8 @@ use contextshift_core::plan::Protection;
 use contextshift_core::relevance::bm25;
 use contextshift_core::verbatim;
 use contextshift_core::{
-    count_blocks, parse_block, parse_conversation, plan_removal, protection, rewrite_block as core_rewrite_block,
-    Block, CharCut, Groups, OverCap, PlanInput, Reason, Rewrite,
+    count_blocks, parse_block, plan_removal, protection, rewrite_block as core_rewrite_block, Block, CharCut, Groups,
+    OverCap, PlanInput, Reason, Rewrite,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -40,6 +41,7 @@ pub(crate) fn block_cache_stats() -> (u64, u64, usize, usize) {
 #[pyfunction]
 pub(crate) fn configure_block_cache(capacity_bytes: usize) {
     block_cache::global().configure(capacity_bytes);
+    recent_dicts::clear();
 }
 
 /// A parsed request: blocks (after the char cap), the cuts made, the blocks whose reasoning is
@@ -217,9 +219,7 @@ impl PyConversation {
         guarded(|| {
             let nodes = convert::sequence(blocks).map_err(|e| not_a_list("blocks", e))?;
             let cap = char_cap(max_block_chars, tool_result_max_chars);
-            // Reading Python objects needs the GIL; grouping does not.
-            let conv = parse_conversation(&nodes, cap, "blocks").map_err(invalid_blocks)?;
-            let groups = Arc::new(py.detach(|| Groups::build(&conv.blocks)));
+            let (conv, groups) = recent_dicts::read(py, &nodes, cap).map_err(invalid_blocks)?;
             Ok(PyConversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json: None })
         })
     }

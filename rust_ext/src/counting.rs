@@ -329,4 +329,5 @@ pub(crate) fn configure_count_cache(capacity_bytes: usize) {
 #[pyfunction]
 pub(crate) fn clear_count_cache() {
     clear_caches();
+    crate::recent_dicts::clear(); // its blocks hold counts too
 }

@@ -17,6 +17,7 @@ mod convert;
 mod counting;
 mod decisions;
 mod objects;
+mod recent_dicts;
 mod wire;
 
 use crate::boundary::guarded;

@@ -299,7 +299,7 @@ def configure_cache(capacity_bytes: int) -> None:
 
 
 def clear_cache() -> None:
-    """Empties the count cache and the block cache."""
+    """Empties the count cache and the block cache (with the requests it keeps)."""
     engine.clear_count_cache()
 
 

@@ -23,7 +23,7 @@ use crate::block::Block;
 use crate::group::Groups;
 use crate::json_doc::{parse_json_blocks, read_blocks, utf8_text, JsonConversation, TapeNode};
 use crate::json_spans::{first_object_spans, object_spans_after, Span};
-use crate::parse::{capped, fits_cap, parse_block, CharCap, Conversation, Violation};
+use crate::parse::{capped, fits_cap, parse_block, unique_ids, CharCap, Conversation, Violation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -87,13 +87,7 @@ impl Recent {
 
     /// Its first `n` blocks, with their spans, cuts and blocks over the cap.
     fn prefix(&self, n: usize) -> JsonConversation {
-        let read = &self.read.conversation;
-        let conversation = Conversation {
-            blocks: read.blocks[..n].to_vec(),
-            cuts: read.cuts.iter().filter(|c| c.index < n).map(Arc::clone).collect(),
-            over_cap: read.over_cap.iter().filter(|o| o.index < n).copied().collect(),
-        };
-        JsonConversation { conversation, spans: self.read.spans[..n].to_vec() }
+        JsonConversation { conversation: self.read.conversation.prefix(n), spans: self.read.spans[..n].to_vec() }
     }
 }
 
@@ -502,8 +496,7 @@ fn from_cache(
         let capped = with_node(object, |node| capped(node, (*block).clone(), index, "blocks", cap).ok())?;
         blocks.push(capped.push_into(&mut cuts, &mut over_cap));
     }
-    let mut ids: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(blocks.len(), Default::default());
-    if !blocks.iter().all(|b| ids.insert(b.id.as_str())) {
+    if !unique_ids(&blocks) {
         return None;
     }
     Some((JsonConversation { conversation: Conversation { blocks, cuts, over_cap }, spans }, read))

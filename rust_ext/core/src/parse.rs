@@ -8,7 +8,7 @@
 
 use crate::block::{Block, CountMemo, Image, Kind, Reasoning, ReasoningSource, Role, Strings, ToolCall};
 use crate::json_text::to_json_text;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
 use std::fmt::Write;
 use std::sync::Arc;
@@ -176,6 +176,17 @@ pub struct Conversation {
     pub over_cap: Vec<OverCap>,
 }
 
+impl Conversation {
+    /// Its first `n` blocks, with their cuts and over-cap entries.
+    pub fn prefix(&self, n: usize) -> Conversation {
+        Conversation {
+            blocks: self.blocks[..n].to_vec(),
+            cuts: self.cuts.iter().filter(|c| c.index < n).map(Arc::clone).collect(),
+            over_cap: self.over_cap.iter().filter(|o| o.index < n).copied().collect(),
+        }
+    }
+}
+
 /// Ends every block the char cap cut.
 pub const TRUNCATED_SUFFIX: &str = "[Truncated]";
 
@@ -254,6 +265,31 @@ pub fn parse_conversation<N: Node>(
     all.extend(violations);
     all.sort_by_key(|v| v.index); // stable: a block's duplicate id before its other violations
     Err(all)
+}
+
+/// `known` (a valid conversation's first blocks) and then `rest` read and cut under `cap`, as
+/// `parse_conversation` of them all would give it; None when a block of `rest` has a violation or
+/// an id repeats (a whole read then says what is wrong).
+pub fn extend_conversation<N: Node>(
+    known: Conversation,
+    rest: &[N],
+    cap: CharCap,
+    list_name: &str,
+) -> Option<Conversation> {
+    let Conversation { mut blocks, mut cuts, mut over_cap } = known;
+    blocks.reserve(rest.len());
+    for node in rest {
+        let index = blocks.len();
+        let block = parse_block(node, index, list_name).ok()?;
+        blocks.push(capped(node, block, index, list_name, cap).ok()?.push_into(&mut cuts, &mut over_cap));
+    }
+    unique_ids(&blocks).then_some(Conversation { blocks, cuts, over_cap })
+}
+
+/// Whether no two blocks have the same id.
+pub fn unique_ids(blocks: &[Arc<Block>]) -> bool {
+    let mut ids: FxHashSet<&str> = FxHashSet::with_capacity_and_hasher(blocks.len(), Default::default());
+    blocks.iter().all(|b| ids.insert(b.id.as_str()))
 }
 
 /// A block under the char cap: as read, over it with reasoning that leaves no room (whole), or cut.
@@ -1051,6 +1087,31 @@ mod tests {
 
     fn fields(values: Value) -> Vec<String> {
         parse(values).unwrap_err().into_iter().map(|v| v.field).collect()
+    }
+
+    #[test]
+    fn a_conversation_extended_is_the_conversation_read_whole() {
+        let values = json!([
+            {"id": "s", "role": "system", "content": "short"},
+            {"id": "a", "role": "user", "content": "a long message cut by the cap"},
+            {"role": "assistant", "content": "named by its place"},
+            {"id": "r", "role": "tool", "tool_call_id": "c1", "content": "a long result cut by the cap"},
+            {"id": "e", "role": "user", "content": "end"},
+        ]);
+        let nodes: Vec<&Value> = values.as_array().unwrap().iter().collect();
+        let cap = CharCap { block: 20, tool_result: 12 };
+        let whole = parse_conversation(&nodes, cap, "blocks").unwrap();
+        assert_eq!(whole.cuts.len(), 2);
+        for known in 0..=nodes.len() {
+            let extended = extend_conversation(whole.prefix(known), &nodes[known..], cap, "blocks").unwrap();
+            assert_eq!(extended.blocks, whole.blocks, "{known} known");
+            assert_eq!(extended.cuts, whole.cuts, "{known} known");
+        }
+        // A block with a violation, or an id the known blocks have: None (a whole read says why).
+        let bad = [json!({"id": "x", "role": "nobody", "content": "?"}), json!({"id": "a", "role": "user"})];
+        for bad in bad {
+            assert!(extend_conversation(whole.prefix(5), &[&bad], cap, "blocks").is_none());
+        }
     }
 
     #[test]
