@@ -4,11 +4,12 @@ shift without it, however the history was sent before, and a bad block is refuse
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import cache_checks
 import pytest
+from cache_checks import fresh_cache  # noqa: F401 (autouse)
 from conversations import conversations, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,26 +20,12 @@ from contextshift import profiles
 Block = dict[str, Any]
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache() -> Iterator[None]:
-    bound = profiles.block_cache_stats().capacity_bytes
-    profiles.configure_block_cache(bound)  # empty, counters kept
-    yield
-    profiles.configure_block_cache(bound)
-
-
 def shift(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, bytes]:
     result = contextshift.shift_context(json.dumps(blocks).encode(), budget=budget)
     return result, result.messages_json_bytes()
 
 
-def uncached(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, bytes]:
-    bound = profiles.block_cache_stats().capacity_bytes
-    profiles.configure_block_cache(0)
-    try:
-        return shift(blocks, budget)
-    finally:
-        profiles.configure_block_cache(bound)
+uncached = cache_checks.uncached(shift)
 
 
 @given(conversations(), st.integers(0, 400), st.sampled_from(["hi", "and now?"]))
@@ -80,16 +67,8 @@ def test_an_agent_loop_reads_only_what_is_new() -> None:
 def test_a_bad_block_among_found_ones_is_refused_as_without_the_cache() -> None:
     history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i}"} for i in range(12)]
     shift(history, 1000)
-    for bad in (
-        {"id": "m3", "role": "user", "content": "again"},
-        {"id": "x", "role": "nobody", "content": "?"},
-    ):
-        errors = []
-        for run in (shift, uncached):
-            with pytest.raises(contextshift.InvalidBlocks) as err:
-                run([*history, bad], 1000)
-            errors.append([(v.field, v.description) for v in err.value.violations])
-        assert errors[0] == errors[1] and errors[0]
+    bad = [{"id": "m3", "role": "user", "content": "again"}, {"id": "x", "role": "nobody", "content": "?"}]
+    cache_checks.refused_alike(shift, history, bad)
 
 
 def test_bytes_not_utf8_after_a_resent_history_are_refused_as_without_the_cache() -> None:

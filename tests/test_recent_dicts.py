@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import pytest
+import cache_checks
+from cache_checks import fresh_cache  # noqa: F401 (autouse)
 from conversations import conversations, examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,26 +21,12 @@ from contextshift import profiles
 Block = dict[str, Any]
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache() -> Iterator[None]:
-    bound = profiles.block_cache_stats().capacity_bytes
-    profiles.configure_block_cache(bound)  # empty: no request kept
-    yield
-    profiles.configure_block_cache(bound)
-
-
 def shift(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, list[Any]]:
     result = contextshift.shift_context(blocks, budget=budget, profile="o200k_base")
     return result, copy.deepcopy(result.messages)
 
 
-def uncached(blocks: list[Block], budget: int) -> tuple[contextshift.ShiftResult, list[Any]]:
-    bound = profiles.block_cache_stats().capacity_bytes
-    profiles.configure_block_cache(0)  # no request kept nor taken
-    try:
-        return shift(copy.deepcopy(blocks), budget)
-    finally:
-        profiles.configure_block_cache(bound)
+uncached = cache_checks.uncached(shift)
 
 
 def expected(blocks: list[Block], budget: int) -> object:
@@ -110,17 +96,13 @@ def test_a_value_changed_deep_in_a_block_is_read_again() -> None:
 def test_a_bad_block_after_a_history_sent_again_is_refused_as_without_it() -> None:
     history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i}"} for i in range(12)]
     shift(history, 1000)
-    for bad in (
+    shift(history, 1000)  # sent again: kept
+    bad = [
         {"id": "m3", "role": "user", "content": "again"},
         {"id": "x", "role": "nobody", "content": "?"},
         {"id": "y", "role": "user", "content": object()},
-    ):
-        errors = []
-        for run in (shift, uncached):
-            with pytest.raises(contextshift.InvalidBlocks) as err:
-                run([*history, bad], 1000)
-            errors.append([(v.field, v.description) for v in err.value.violations])
-        assert errors[0] == errors[1] and errors[0]
+    ]
+    cache_checks.refused_alike(shift, history, bad)
     assert shift(history, 1000) == uncached(history, 1000)
 
 
