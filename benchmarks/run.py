@@ -165,7 +165,9 @@ def measure(n: int, repeat: int, slow: bool) -> dict[str, Any]:
         "turn_json_sent_s": median_seconds(
             lambda: shift_json_sent(next(chat), cached_budget, CACHED_PROFILE), repeat
         ),
-        "turn_dicts_s": median_seconds(lambda: shift_dicts(next(loop), cached_budget, CACHED_PROFILE), repeat),
+        "turn_dicts_s": median_seconds(
+            lambda: shift_dicts(next(loop), cached_budget, CACHED_PROFILE), repeat
+        ),
         "trim_lookup_s": median_seconds(lambda: trim(messages, cached_budget, lookup), repeat),
         "reference_s": None,
         "trim_messages_s": None,
@@ -225,7 +227,15 @@ GROWTH_BOUND = 11.0
 
 def report(rows: list[dict[str, Any]]) -> list[str]:
     header = ["blocks", "dicts ms", "json ms", "cached ms", "cached json ms", "reference ms", "vs ref"]
-    header += ["trim ms", "vs trim", "trim lookup ms", "vs lookup", "sent ms", "turn sent ms", "turn dicts ms"]
+    header += [
+        "trim ms",
+        "vs trim",
+        "trim lookup ms",
+        "vs lookup",
+        "sent ms",
+        "turn sent ms",
+        "turn dicts ms",
+    ]
     print("  ".join(f"{h:>14}" for h in header))
     for r in rows:
         cells = (
