@@ -173,15 +173,15 @@ fn same(obj: *mut ffi::PyObject, tape: &[(Py<PyAny>, Held)], at: &mut usize) -> 
     if object.as_ptr() != obj {
         return false;
     }
+    if *held != Held::Leaf && self::held(obj) != Some(*held) {
+        return false; // a container of another size now
+    }
     // SAFETY: `obj` is the held object, so of the type `held` names; the GIL is held and nothing
     // here runs Python code.
     unsafe {
         match *held {
             Held::Leaf => true,
-            Held::Dict(len) => {
-                if ffi::PyDict_Size(obj) != len {
-                    return false;
-                }
+            Held::Dict(_) => {
                 let (mut pos, mut key, mut value) = (0, ptr::null_mut(), ptr::null_mut());
                 while ffi::PyDict_Next(obj, &mut pos, &mut key, &mut value) != 0 {
                     let key_held = tape.get(*at).is_some_and(|(k, _)| k.as_ptr() == key);
@@ -192,10 +192,7 @@ fn same(obj: *mut ffi::PyObject, tape: &[(Py<PyAny>, Held)], at: &mut usize) -> 
                 }
                 true
             }
-            Held::Seq(len) => {
-                let now = if ffi::PyList_Check(obj) != 0 { ffi::PyList_Size(obj) } else { ffi::PyTuple_Size(obj) };
-                now == len && (0..len).all(|i| same(item(obj, i), tape, at))
-            }
+            Held::Seq(len) => (0..len).all(|i| same(item(obj, i), tape, at)),
         }
     }
 }
@@ -287,7 +284,7 @@ pub(crate) fn read(
     nodes: &[PyNode<'_, '_>],
     cap: CharCap,
 ) -> Result<(Conversation, Arc<Groups>), Vec<Violation>> {
-    let bound = block_cache::global().stats().capacity_bytes / 4;
+    let bound = block_cache::global().capacity_bytes() / 4;
     if bound == 0 || nodes.is_empty() {
         return parse_conversation(nodes, cap, "blocks").map(|conversation| with_groups(py, conversation, None));
     }

@@ -257,8 +257,13 @@ impl BlockCache {
             hits: generations.hits,
             misses: generations.misses,
             entries: generations.current.len() + generations.previous.len(),
-            capacity_bytes: self.capacity_bytes.load(Ordering::Relaxed),
+            capacity_bytes: self.capacity_bytes(),
         }
+    }
+
+    /// The memory bound in bytes (0: off), read without the cache's lock.
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes.load(Ordering::Relaxed)
     }
 
     /// A poisoned lock only means a thread panicked between two map operations; each is whole.

@@ -134,13 +134,10 @@ impl Groups {
         let mut groups = self.clone();
         for (i, block) in blocks.iter().enumerate().skip(before) {
             let mut joined = None;
-            for id in call_ids(block) {
-                let Some(calls) = &calls else { break };
-                match (joined, calls.get(id)) {
-                    (_, None) => {}
-                    (None, Some(&g)) => joined = Some(g),
-                    (Some(h), Some(&g)) if g != h => return None, // joins two groups: built anew
-                    (Some(_), Some(_)) => {}
+            for &g in call_ids(block).filter_map(|id| calls.as_ref()?.get(id)) {
+                match joined {
+                    Some(h) if h != g => return None, // joins two groups: built anew
+                    _ => joined = Some(g),
                 }
             }
             let g = match joined {
