@@ -66,15 +66,14 @@ pub(crate) struct JsonSource {
 }
 
 impl JsonSource {
-    fn text(&self) -> &str {
-        // SAFETY: see `text`; a Python `str` or `bytes` never changes.
-        unsafe { std::str::from_utf8_unchecked((*self.text).as_ref()) }
-    }
-
     pub(crate) fn block_text(&self, index: usize) -> PyResult<&str> {
         let &(start, len) =
             self.spans.get(index).ok_or_else(|| PyValueError::new_err(format!("index {index} out of range")))?;
-        Ok(&self.text()[start..start + len])
+        let bytes: &[u8] = (*self.text).as_ref();
+        // SAFETY: UTF-8 (see the field `text`; a Python `str` or `bytes` never changes), and a span runs from a block's `{` to its `}`, so both ends
+        // are char boundaries. Not sliced as a str: its boundary checks read each block's first and
+        // last bytes ahead of the copy that reads them (a cache miss each, 8% of a 4 MB reply).
+        Ok(unsafe { std::str::from_utf8_unchecked(&bytes[start..start + len]) })
     }
 }
 
