@@ -39,11 +39,15 @@ def uncached(shift: Callable[[list[Block], int], R]) -> Callable[[list[Block], i
 
 
 def refused_alike(
-    shift: Callable[[list[Block], int], object], history: list[Block], bad: list[Block]
+    shift: Callable[[list[Block], int], object], history: list[Block], bad: list[Block], sends: int = 1
 ) -> None:
-    """Each of `bad` after `history` (which `shift` has sent, so it is taken from the cache) is
-    refused with the violations it gets with the cache off."""
+    """Each of `bad` after `history` is refused with the violations it gets with the cache off,
+    when `history` is taken from the cache: sent `sends` times without its last block (so it is
+    kept), then whole (so the request it extends is kept with its ids' hashes), each time."""
     for block in bad:
+        for _ in range(sends):
+            shift(history[:-1], 1000)
+        shift(history, 1000)
         errors = []
         for run in (shift, uncached(shift)):
             with pytest.raises(contextshift.InvalidBlocks) as err:

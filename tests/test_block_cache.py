@@ -66,8 +66,11 @@ def test_an_agent_loop_reads_only_what_is_new() -> None:
 
 def test_a_bad_block_among_found_ones_is_refused_as_without_the_cache() -> None:
     history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i}"} for i in range(12)]
-    shift(history, 1000)
-    bad = [{"id": "m3", "role": "user", "content": "again"}, {"id": "x", "role": "nobody", "content": "?"}]
+    bad = [
+        {"id": "m3", "role": "user", "content": "again"},
+        {"id": "m11", "role": "user", "content": "the last one again"},
+        {"id": "x", "role": "nobody", "content": "?"},
+    ]
     cache_checks.refused_alike(shift, history, bad)
 
 

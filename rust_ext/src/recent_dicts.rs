@@ -11,7 +11,9 @@
 
 use crate::convert::PyNode;
 use contextshift_core::block_cache;
-use contextshift_core::{extend_conversation, parse_conversation, Block, CharCap, Conversation, Groups, Violation};
+use contextshift_core::{
+    extend_conversation, parse_conversation, Block, CharCap, Conversation, Groups, IdHashes, Violation,
+};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use std::ptr;
@@ -203,6 +205,8 @@ struct Recent {
     prints: Prints,
     conversation: Conversation,
     groups: Arc<Groups>,
+    /// Its ids' hashes, once it extended another request (a request read whole has not made them).
+    ids: Option<IdHashes>,
     cap: CharCap,
     /// What it holds up to each block: the parsed block (its text and a few words) and a handle
     /// a held object.
@@ -215,17 +219,19 @@ impl Recent {
         prints: Prints,
         conversation: Conversation,
         groups: Arc<Groups>,
+        ids: Option<IdHashes>,
         cap: CharCap,
         mut sizes: Vec<usize>,
     ) -> Recent {
         let handle = std::mem::size_of::<(Py<PyAny>, Held)>();
+        let id_hash = 2 * std::mem::size_of::<u64>(); // at most, in its hash set
         for i in sizes.len()..prints.len() {
             let block = &conversation.blocks[i];
             let objects = prints.ends[i] - if i == 0 { 0 } else { prints.ends[i - 1] };
-            let size = std::mem::size_of::<Block>() + block.id.len() + block.text_bytes() + objects * handle;
+            let size = std::mem::size_of::<Block>() + block.id.len() + block.text_bytes() + objects * handle + id_hash;
             sizes.push(sizes.last().copied().unwrap_or(0) + size);
         }
-        Recent { prints, conversation, groups, cap, sizes }
+        Recent { prints, conversation, groups, ids, cap, sizes }
     }
 
     fn bytes(&self) -> usize {
@@ -300,7 +306,7 @@ pub(crate) fn read(
     // Objects no longer held, let go last: releasing an object may run Python code, which must not
     // run while `nodes` (borrowed) are read.
     let mut retired = (Vec::new(), seen);
-    let (conversation, mut prints, sizes, groups_before) = match prior {
+    let (conversation, ids, mut prints, sizes, groups_before) = match prior {
         Some(prior) if reused == nodes.len() && reused == prior.conversation.blocks.len() => {
             // The very request again: its reading as it is.
             let read = (prior.conversation.clone(), Arc::clone(&prior.groups));
@@ -310,7 +316,8 @@ pub(crate) fn read(
         // At least half of what it holds taken: an agent loop's next turn.
         Some(mut prior) if reused > 0 && reused * 2 >= prior.prints.len() => {
             let known = prior.conversation.prefix(reused);
-            let Some(conversation) = extend_conversation(known, &nodes[reused..], cap, "blocks") else {
+            let extended = extend_conversation(known, prior.ids.take(), &nodes[reused..], cap, "blocks");
+            let Some((conversation, ids)) = extended else {
                 let whole = parse_conversation(nodes, cap, "blocks"); // says what is wrong
                 put(prior, bound); // this request is refused; the next may be right again
                 return whole.map(|conversation| with_groups(py, conversation, None));
@@ -318,7 +325,7 @@ pub(crate) fn read(
             let before = (Arc::clone(&prior.groups), prior.conversation.blocks.len());
             retired.0.push(prior.prints.split_off(reused));
             prior.sizes.truncate(reused);
-            (conversation, prior.prints, prior.sizes, (reused == before.1).then_some(before))
+            (conversation, Some(ids), prior.prints, prior.sizes, (reused == before.1).then_some(before))
         }
         prior => {
             retired.0.extend(prior.map(|p| p.prints));
@@ -332,7 +339,7 @@ pub(crate) fn read(
                 drop((retired, noted));
                 return Ok(read);
             }
-            (conversation, Prints::default(), Vec::new(), None)
+            (conversation, None, Prints::default(), Vec::new(), None)
         }
     };
     for node in &nodes[prints.len()..] {
@@ -342,7 +349,7 @@ pub(crate) fn read(
     }
     // No Python object is read from here on.
     let (conversation, groups) = with_groups(py, conversation, groups_before);
-    put(Recent::new(prints, conversation.clone(), Arc::clone(&groups), cap, sizes), bound);
+    put(Recent::new(prints, conversation.clone(), Arc::clone(&groups), ids, cap, sizes), bound);
     drop(retired);
     Ok((conversation, groups))
 }

@@ -23,7 +23,7 @@ use crate::block::Block;
 use crate::group::Groups;
 use crate::json_doc::{parse_json_blocks, read_blocks, utf8_text, JsonConversation, TapeNode};
 use crate::json_spans::{first_object_spans, object_spans_after, Span};
-use crate::parse::{capped, fits_cap, parse_block, unique_ids, CharCap, Conversation, Violation};
+use crate::parse::{capped, fits_cap, parse_block, unique_id_hashes, CharCap, Conversation, IdHashes, Violation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -74,6 +74,8 @@ struct Recent {
     /// Its blocks as read under `cap`: cut, or over it, as a whole read gives them.
     read: JsonConversation,
     groups: Arc<Groups>,
+    /// Its ids' hashes, once a request extended another (a request read whole has not made them).
+    ids: Option<IdHashes>,
     opening: [u128; PROBED],
     cap: CharCap,
 }
@@ -92,9 +94,9 @@ impl Recent {
 }
 
 /// What a recent request holds per block beyond its text: a span, a pointer, its group (five
-/// words at most: a block of its own is a group of its own).
+/// words at most: a block of its own is a group of its own), its id's hash (two words at most).
 const RECENT_OVERHEAD: usize =
-    std::mem::size_of::<Span>() + std::mem::size_of::<Arc<Block>>() + 5 * std::mem::size_of::<usize>();
+    std::mem::size_of::<Span>() + std::mem::size_of::<Arc<Block>>() + 7 * std::mem::size_of::<usize>();
 
 /// Recent requests compared byte by byte with a new one that opens as they do, at most.
 const COMPARED: usize = 4;
@@ -369,7 +371,8 @@ pub fn read_json_conversation(
     }
     let offset = known.conversation.blocks.len();
     known.spans.extend_from_slice(&rest);
-    let Some((parsed, read)) = from_cache(text, known, found, cap) else {
+    let known_ids = prior.as_ref().and_then(|(request, _)| Some((request.ids.clone()?, offset)));
+    let Some((parsed, read, ids)) = from_cache(text, known, known_ids, found, cap) else {
         return read_whole(shared, text, cap, field, cache);
     };
     cache.put_many(read.into_iter().map(|(i, block)| (new_keys[i - offset], block, parsed.spans[i].1)));
@@ -381,7 +384,9 @@ pub fn read_json_conversation(
     if let Some((_, reused)) = &prior {
         cache.count_reused(*reused);
     }
-    let recent = Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), opening, cap };
+    let ids = Some(ids);
+    let recent =
+        Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), ids, opening, cap };
     cache.remember(recent, prior.as_ref().map(|(request, _)| request));
     Ok((parsed, groups))
 }
@@ -459,8 +464,14 @@ fn read_whole(
     let keys = keys(text.as_bytes(), &spans);
     if conv.blocks.len() >= PROBED {
         let opening = std::array::from_fn(|i| key(text.as_bytes(), parsed.spans[i]));
-        let recent =
-            Recent { text: Arc::clone(shared), read: parsed.clone(), groups: Arc::clone(&groups), opening, cap };
+        let recent = Recent {
+            text: Arc::clone(shared),
+            read: parsed.clone(),
+            groups: Arc::clone(&groups),
+            ids: None,
+            opening,
+            cap,
+        };
         cache.remember(recent, None);
     }
     cache.put_many(storable.iter().zip(keys).map(|(&i, key)| (key, Arc::clone(&conv.blocks[i]), parsed.spans[i].1)));
@@ -469,14 +480,16 @@ fn read_whole(
 
 /// The conversation from the `known` blocks (of a recent request under the same cap, or none),
 /// then the rest, cached (`found`) or read one at a time, each through the char cap as a whole
-/// read takes it, with the blocks read (by index, uncut: to store); None where only the whole
-/// read gives the right answer: a violation, a duplicate id.
+/// read takes it, with the blocks read (by index, uncut: to store) and the hashes of all their ids
+/// (`known_ids`: those of the known blocks, when the recent request has them); None where only the
+/// whole read gives the right answer: a violation, a duplicate id.
 fn from_cache(
     text: &str,
     known: JsonConversation,
+    known_ids: Option<(IdHashes, usize)>,
     found: Vec<Option<Arc<Block>>>,
     cap: CharCap,
-) -> Option<(JsonConversation, Vec<Read>)> {
+) -> Option<(JsonConversation, Vec<Read>, IdHashes)> {
     let JsonConversation { conversation: Conversation { mut blocks, mut cuts, mut over_cap }, spans } = known;
     blocks.reserve(found.len());
     let mut read = Vec::new();
@@ -501,10 +514,8 @@ fn from_cache(
         let capped = with_node(object, |node| capped(node, (*block).clone(), index, "blocks", cap).ok())?;
         blocks.push(capped.push_into(&mut cuts, &mut over_cap));
     }
-    if !unique_ids(&blocks) {
-        return None;
-    }
-    Some((JsonConversation { conversation: Conversation { blocks, cuts, over_cap }, spans }, read))
+    let ids = unique_id_hashes(&blocks, known_ids)?;
+    Some((JsonConversation { conversation: Conversation { blocks, cuts, over_cap }, spans }, read, ids))
 }
 
 /// A block read from its text, at its index, as read (before any cut).

@@ -33,8 +33,8 @@ pub use block::{Block, Image, Kind, Reasoning, ReasoningSource, Role, ToolCall};
 pub use count::{block_tokens, count_blocks};
 pub use group::Groups;
 pub use parse::{
-    extend_conversation, parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, Node, OverCap,
-    Rewrite, Shape, Violation,
+    extend_conversation, parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, IdHashes,
+    Node, OverCap, Rewrite, Shape, Violation,
 };
 pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
 #[cfg(feature = "counting")]
