@@ -24,8 +24,10 @@ at 10k; with cached counts at 10k and 100k, >= 3x trim_messages given its counts
 (every decision read, the service's reply, and that reply for a chat's next turn: one block more,
 new bytes each call) and >= 2x from dicts (the same objects again, and an agent loop's next turn:
 its own objects, one more), 100k blocks under 50 ms; growth from 10k to 100k at most 11x; the
-heuristic routes with the block cache off, a history's first read), prints the peak memory of one shift (benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots
-(benchmarks/plots.py: docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
+heuristic routes with the block cache off, a history's first read), runs the same contest on real
+text (benchmarks/real_chat.py: ShareGPT, long blocks), prints the peak memory of one shift
+(benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots (benchmarks/plots.py:
+docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
 Timings are medians of repeated runs; ratios, not absolute times, are what to compare across
 machines.
 """
@@ -36,10 +38,8 @@ import argparse
 import contextlib
 import itertools
 import json
-import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,46 +58,23 @@ from benchmarks import (  # noqa: E402
     hysteresis,
     memory_bench,
     plots,
+    real_chat,
     shift_memory,
     store_bytes,
     strategies,
 )
 from benchmarks.conversation import generate  # noqa: E402
 from benchmarks.realtext import bench as realtext  # noqa: E402
+from benchmarks.shift_routes import (  # noqa: E402
+    CACHED_PROFILE,
+    median_seconds,
+    shift_dicts,
+    shift_json,
+    shift_json_sent,
+)
 from benchmarks.trim_contenders import heuristic_counter, langchain_messages, lookup_counter, trim  # noqa: E402
-from contextshift import engine, profile_bench, profiles  # noqa: E402
+from contextshift import profile_bench, profiles  # noqa: E402
 from tests.reference import reference_shift  # noqa: E402
-
-CACHED_PROFILE = "o200k_base"
-
-
-def median_seconds(fn: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def shift_dicts(blocks: list[dict[str, Any]], budget: int, profile: str = "heuristic") -> object:
-    result = contextshift.shift_context(blocks, budget=budget, profile=profile)
-    # Read what the reference builds: decisions and messages are built on first use.
-    return result.kept, result.excluded, result.messages
-
-
-def shift_json(text: bytes, budget: int, profile: str = "heuristic") -> object:
-    result = contextshift.shift_context(text, budget=budget, profile=profile)
-    # A library caller reading every decision, and the kept blocks' own text.
-    return result.kept, result.excluded, result.messages_json_bytes()
-
-
-def shift_json_sent(text: bytes, budget: int, profile: str) -> object:
-    result = contextshift.shift_context(text, budget=budget, profile=profile)
-    # What the gRPC service sends on: the decisions encoded by the core (no Python object per
-    # block, api/service/plans.py) and the kept blocks' own text.
-    assert isinstance(result.decisions, engine.Plan)
-    return result.decisions.encode_decisions(1, 2), result.messages_json_bytes()
 
 
 @contextlib.contextmanager
@@ -333,6 +310,8 @@ def main() -> int:
     profiles = profile_throughput(args.quick)
     (out / "profiles.json").write_text(json.dumps(profiles, indent=2))
     plots.write(rows, profiles, out if args.quick else ROOT / "docs" / "benchmarks")
+    print()
+    real_chat.main(args.quick)  # the same contest on real text (benchmarks/real_chat.py)
     print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
     print()
