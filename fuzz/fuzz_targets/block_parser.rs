@@ -36,14 +36,20 @@ fn check_cached(text: &str) {
     static CACHE: std::sync::OnceLock<BlockCache> = std::sync::OnceLock::new();
     let cache = CACHE.get_or_init(|| BlockCache::new(1 << 20));
     let shared: SharedText = Arc::new(text.to_owned());
-    // The text without its last element first (when it has three or more), as a chat's
-    // previous turn: the text itself then starts with the bytes of a recent request.
-    let shorter = object_spans(text).filter(|spans| spans.len() >= 3).map(|spans| {
-        let (start, len) = spans[spans.len() - 2];
-        format!("{}]", &text[..start + len])
-    });
+    // The text without its last two elements, then without its last one (when it has enough), as
+    // a chat's turns before: each then starts with the bytes of a recent request, and the text
+    // itself with those of one that extended another (whose ids' hashes it carries on).
+    let spans = object_spans(text).unwrap_or_default();
+    let shorter: Vec<String> = [3, 2]
+        .iter()
+        .filter(|&&less| spans.len() > less)
+        .map(|&less| {
+            let (start, len) = spans[spans.len() - less];
+            format!("{}]", &text[..start + len])
+        })
+        .collect();
     for cap in [MAX_BLOCK_CHARS, 100_000] {
-        if let Some(shorter) = &shorter {
+        for shorter in &shorter {
             let whole = parse_json_blocks(shorter, cap, "blocks_json");
             same(
                 &parse_json_blocks_cached(&(Arc::new(shorter.clone()) as SharedText), cap, "blocks_json", cache),
