@@ -10,7 +10,8 @@ library's total on the whole conversation. `trim_messages` asks for counts of gr
 (binary search), so it counts about log2(n) times n messages; contextshift counts each once and
 twice for the recount. A counter that looks the counts up instead (`lookup_counter`) is the contender
 of the cached-count shifts: given the same `o200k_base` counts and budget, LangChain does no counting
-at all, as a caller who caches counts would run it.
+at all, as a caller who caches counts would run it; `trim_by_content` looks them up by each
+message's content first, for messages built anew each call.
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def lookup_counter(messages: list[BaseMessage], counts: Sequence[int]) -> TokenC
     """A counter that looks each message's count up (by identity) instead of counting."""
     by_message = {id(m): c for m, c in zip(messages, counts, strict=True)}
     return lambda batch: sum(by_message[id(m)] for m in batch)
+
+
+ContentCounts = dict[tuple[str, str | None, Any], int]
+
+
+def counts_by_content(messages: list[BaseMessage], counts: Sequence[int]) -> ContentCounts:
+    """Counts by what each message says (its type, id and content): what a caller whose messages
+    are built anew each time (read from a store) can look them up by, no object being the one
+    counted before."""
+    return {(m.type, m.id, m.content): c for m, c in zip(messages, counts, strict=True)}
+
+
+def trim_by_content(messages: list[BaseMessage], budget: int, by_content: ContentCounts) -> list[BaseMessage]:
+    """`trim` of messages built anew, each one's count looked up by content once (its text
+    hashed), then by identity for trim_messages' many prefix counts."""
+    counts = [by_content[(m.type, m.id, m.content)] for m in messages]
+    return trim(messages, budget, lookup_counter(messages, counts))
 
 
 def trim(messages: list[BaseMessage], budget: int, counter: TokenCounter) -> list[BaseMessage]:
