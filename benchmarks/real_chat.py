@@ -78,17 +78,16 @@ def run(kib: int, repeat: int) -> list[dict[str, Any]]:
         shift_json_sent(sent, budget, CACHED_PROFILE)
     for _ in range(2):
         shift_dicts(longer[: n + 1], budget, CACHED_PROFILE)
-    routes: list[tuple[str, str, float, Callable[[], object]]] = [
-        ("JSON, next turn, the reply", "JSON", JSON_TARGET,
-         lambda: shift_json_sent(next(chat_turns), budget, CACHED_PROFILE)),
-        ("JSON, same bytes, the reply", "JSON", JSON_TARGET, lambda: shift_json_sent(texts[0], budget, CACHED_PROFILE)),
-        ("JSON, same bytes, decisions", "JSON", JSON_TARGET, lambda: shift_json(texts[0], budget, CACHED_PROFILE)),
-        ("dicts, agent loop's next turn", "dicts", DICTS_TARGET,
+    routes: list[tuple[str, float, Callable[[], object]]] = [
+        ("JSON, next turn, the reply", JSON_TARGET, lambda: shift_json_sent(next(chat_turns), budget, CACHED_PROFILE)),
+        ("JSON, same bytes, the reply", JSON_TARGET, lambda: shift_json_sent(texts[0], budget, CACHED_PROFILE)),
+        ("JSON, same bytes, decisions", JSON_TARGET, lambda: shift_json(texts[0], budget, CACHED_PROFILE)),
+        ("dicts, agent loop's next turn", DICTS_TARGET,
          lambda: shift_dicts(longer[: n + next(loop_turns)], budget, CACHED_PROFILE)),
-        ("dicts, same objects", "dicts", DICTS_TARGET, lambda: shift_dicts(blocks, budget, CACHED_PROFILE)),
-        ("dicts, built anew", "dicts", DICTS_TARGET, lambda: shift_dicts(next(fresh), budget, CACHED_PROFILE)),
+        ("dicts, same objects", DICTS_TARGET, lambda: shift_dicts(blocks, budget, CACHED_PROFILE)),
+        ("dicts, built anew", DICTS_TARGET, lambda: shift_dicts(next(fresh), budget, CACHED_PROFILE)),
     ]  # fmt: skip
-    timed = [(name, target, median_seconds(fn, repeat)) for name, _, target, fn in routes]
+    timed = [(name, target, median_seconds(fn, repeat)) for name, target, fn in routes]
     trim_s = (trim_before + trimmed()) / 2
     contests = [(name, target, seconds, "identity", trim_s) for name, target, seconds in timed]
     name, target, seconds = timed[-1]  # dicts built anew: also against a lookup by content
