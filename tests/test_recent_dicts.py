@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import cache_checks
+import pytest
 from cache_checks import fresh_cache  # noqa: F401 (autouse)
 from conversations import conversations, examples
 from hypothesis import given, settings
@@ -103,6 +104,28 @@ def test_a_bad_block_after_a_history_sent_again_is_refused_as_without_it() -> No
     ]
     cache_checks.refused_alike(shift, history, bad, sends=2)  # sent again: kept
     assert shift(history, 1000) == uncached(history, 1000)
+
+
+def test_a_bad_block_in_place_of_kept_ones_leaves_nothing_behind() -> None:
+    history: list[Block] = [{"id": f"m{i}", "role": "user", "content": f"turn {i}"} for i in range(12)]
+    bad: Block = {"id": "x", "role": "nobody", "content": "?"}
+    turn = [*history, {"id": "next", "role": "user", "content": "and now?"}]
+    wanted = [expected(history, 1000), expected(turn, 1000)]
+    with pytest.raises(contextshift.InvalidBlocks) as without:
+        uncached([*history[:8], bad], 1000)
+    shift(history, 1000)
+    held = shift(history, 1000)  # kept; its result (sharing the kept blocks) held on
+    # Most of the kept request taken, then a bad block where its ninth was: refused as without it.
+    with pytest.raises(contextshift.InvalidBlocks) as err:
+        shift([*history[:8], bad], 1000)
+    assert [(v.field, v.description) for v in err.value.violations] == [
+        (v.field, v.description) for v in without.value.violations
+    ]
+    # Nothing of it left behind, and the result held unchanged by the shifts after it.
+    assert got(history, 1000) == wanted[0]
+    assert got(history, 1000) == wanted[0]
+    assert got(turn, 1000) == wanted[1]
+    assert held == wanted[0]
 
 
 class Note(str):

@@ -48,7 +48,8 @@ pub(crate) fn configure_block_cache(capacity_bytes: usize) {
 /// over the cap, and the tool-call groups.
 #[pyclass(frozen, module = "contextshift._core", name = "Conversation")]
 pub(crate) struct PyConversation {
-    pub(crate) blocks: Vec<Arc<Block>>,
+    /// Shared with the recent request it was read as (block_cache, recent_dicts).
+    pub(crate) blocks: Arc<Vec<Arc<Block>>>,
     pub(crate) cuts: Vec<Arc<CharCut>>,
     pub(crate) over_cap: Vec<OverCap>,
     /// Shared with the block cache's recent requests (for a conversation read from JSON).
@@ -350,7 +351,7 @@ impl PyConversation {
             for cut in &self.cuts {
                 counts[cut.index] = None;
             }
-            for (count, block) in counts.iter_mut().zip(&self.blocks) {
+            for (count, block) in counts.iter_mut().zip(self.blocks.iter()) {
                 if !block.reasoning.is_empty() {
                     *count = None;
                 }

@@ -315,14 +315,24 @@ pub(crate) fn read(
         }
         // At least half of what it holds taken: an agent loop's next turn.
         Some(mut prior) if reused > 0 && reused * 2 >= prior.prints.len() => {
-            let known = prior.conversation.prefix(reused);
-            let extended = extend_conversation(known, prior.ids.take(), &nodes[reused..], cap, "blocks");
-            let Some((conversation, ids)) = extended else {
-                let whole = parse_conversation(nodes, cap, "blocks"); // says what is wrong
-                put(prior, bound); // this request is refused; the next may be right again
-                return whole.map(|conversation| with_groups(py, conversation, None));
-            };
             let before = (Arc::clone(&prior.groups), prior.conversation.blocks.len());
+            // Its list cut in place when the last shift's result is gone (as a loop's usually is).
+            let known = std::mem::take(&mut prior.conversation).into_prefix(reused);
+            let extended = extend_conversation(known, prior.ids.take(), &nodes[reused..], cap, "blocks");
+            let (conversation, ids) = match extended {
+                Ok(extended) => extended,
+                Err(known) => {
+                    let whole = parse_conversation(nodes, cap, "blocks"); // says what is wrong
+                    if reused == before.1 {
+                        // This request is refused; the next may extend the kept one again.
+                        prior.conversation = known;
+                        put(prior, bound);
+                    } else {
+                        retired.0.push(prior.prints); // its blocks past `reused` are gone
+                    }
+                    return whole.map(|conversation| with_groups(py, conversation, None));
+                }
+            };
             retired.0.push(prior.prints.split_off(reused));
             prior.sizes.truncate(reused);
             (conversation, Some(ids), prior.prints, prior.sizes, (reused == before.1).then_some(before))

@@ -344,8 +344,7 @@ pub fn read_json_conversation(
             if probed.iter().any(Option::is_none) {
                 return read_whole(shared, text, cap, field, cache);
             }
-            let nothing = Conversation { blocks: Vec::new(), cuts: Vec::new(), over_cap: Vec::new() };
-            (text, JsonConversation { conversation: nothing, spans: probe }, probed, opening.to_vec())
+            (text, JsonConversation { conversation: Conversation::default(), spans: probe }, probed, opening.to_vec())
         }
     };
     let &(last_start, last_len) = known.spans.last().expect("a prefix of at least the probed blocks");
@@ -490,7 +489,9 @@ fn from_cache(
     found: Vec<Option<Arc<Block>>>,
     cap: CharCap,
 ) -> Option<(JsonConversation, Vec<Read>, IdHashes)> {
-    let JsonConversation { conversation: Conversation { mut blocks, mut cuts, mut over_cap }, spans } = known;
+    let JsonConversation { conversation: Conversation { blocks, mut cuts, mut over_cap }, spans } = known;
+    // A copy: the recent request's list stays as it is.
+    let mut blocks = Arc::unwrap_or_clone(blocks);
     blocks.reserve(found.len());
     let mut read = Vec::new();
     for cached in found {
@@ -515,7 +516,8 @@ fn from_cache(
         blocks.push(capped.push_into(&mut cuts, &mut over_cap));
     }
     let ids = unique_id_hashes(&blocks, known_ids)?;
-    Some((JsonConversation { conversation: Conversation { blocks, cuts, over_cap }, spans }, read, ids))
+    let conversation = Conversation { blocks: Arc::new(blocks), cuts, over_cap };
+    Some((JsonConversation { conversation, spans }, read, ids))
 }
 
 /// A block read from its text, at its index, as read (before any cut).

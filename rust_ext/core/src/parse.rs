@@ -167,22 +167,41 @@ pub struct OverCap {
     pub cap: usize,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Conversation {
-    /// Shared: a block read before is the block cached then (`block_cache`).
-    pub blocks: Vec<Arc<Block>>,
+    /// Shared: a block read before is the block cached then (`block_cache`), and the list itself
+    /// with the recent request it was read as (copying 10k pointers, and dropping them, was 13%
+    /// of an agent loop's next turn).
+    pub blocks: Arc<Vec<Arc<Block>>>,
     /// Shared: a recent request's cuts are taken with its blocks (`block_cache`).
     pub cuts: Vec<Arc<CharCut>>,
     pub over_cap: Vec<OverCap>,
 }
 
 impl Conversation {
-    /// Its first `n` blocks, with their cuts and over-cap entries.
+    /// Its first `n` blocks, with their cuts and over-cap entries (all of them: the same list).
     pub fn prefix(&self, n: usize) -> Conversation {
+        if n == self.blocks.len() {
+            return self.clone();
+        }
         Conversation {
-            blocks: self.blocks[..n].to_vec(),
+            blocks: Arc::new(self.blocks[..n].to_vec()),
             cuts: self.cuts.iter().filter(|c| c.index < n).map(Arc::clone).collect(),
             over_cap: self.over_cap.iter().filter(|o| o.index < n).copied().collect(),
+        }
+    }
+
+    /// `prefix(n)`, cut from this list in place when nothing else holds it.
+    pub fn into_prefix(self, n: usize) -> Conversation {
+        match Arc::try_unwrap(self.blocks) {
+            Ok(mut blocks) => {
+                blocks.truncate(n);
+                let Conversation { mut cuts, mut over_cap, .. } = self;
+                cuts.retain(|c| c.index < n);
+                over_cap.retain(|o| o.index < n);
+                Conversation { blocks: Arc::new(blocks), cuts, over_cap }
+            }
+            Err(blocks) => Conversation { blocks, ..self }.prefix(n),
         }
     }
 }
@@ -260,7 +279,7 @@ pub fn parse_conversation<N: Node>(
     }
     let mut all = duplicate_ids(&ids, &blocks, list_name);
     if all.is_empty() && violations.is_empty() {
-        return Ok(Conversation { blocks, cuts, over_cap });
+        return Ok(Conversation { blocks: Arc::new(blocks), cuts, over_cap });
     }
     all.extend(violations);
     all.sort_by_key(|v| v.index); // stable: a block's duplicate id before its other violations
@@ -269,25 +288,35 @@ pub fn parse_conversation<N: Node>(
 
 /// `known` (a valid conversation's first blocks, with the hashes of their ids or more when known)
 /// and then `rest` read and cut under `cap`, as `parse_conversation` of them all would give it,
-/// with the hashes of all their ids; None when a block of `rest` has a violation or an id repeats
-/// (a whole read then says what is wrong).
+/// with the hashes of all their ids; `known` handed back when a block of `rest` has a violation
+/// or an id repeats (a whole read then says what is wrong). The known list is extended in place
+/// when nothing else holds it.
 pub fn extend_conversation<N: Node>(
-    known: Conversation,
+    mut known: Conversation,
     known_ids: Option<IdHashes>,
     rest: &[N],
     cap: CharCap,
     list_name: &str,
-) -> Option<(Conversation, IdHashes)> {
-    let Conversation { mut blocks, mut cuts, mut over_cap } = known;
-    let from = blocks.len();
+) -> Result<(Conversation, IdHashes), Conversation> {
+    let (from, cuts_from, over_cap_from) = (known.blocks.len(), known.cuts.len(), known.over_cap.len());
+    let Conversation { blocks, cuts, over_cap } = &mut known;
+    let blocks = Arc::make_mut(blocks);
     blocks.reserve(rest.len());
-    for node in rest {
+    let read = rest.iter().all(|node| {
         let index = blocks.len();
-        let block = parse_block(node, index, list_name).ok()?;
-        blocks.push(capped(node, block, index, list_name, cap).ok()?.push_into(&mut cuts, &mut over_cap));
+        let block = parse_block(node, index, list_name).ok().and_then(|b| capped(node, b, index, list_name, cap).ok());
+        block.map(|block| blocks.push(block.push_into(cuts, over_cap))).is_some()
+    });
+    let ids = if read { unique_id_hashes(blocks, known_ids.map(|ids| (ids, from))) } else { None };
+    match ids {
+        Some(ids) => Ok((known, ids)),
+        None => {
+            blocks.truncate(from);
+            cuts.truncate(cuts_from);
+            over_cap.truncate(over_cap_from);
+            Err(known)
+        }
     }
-    let ids = unique_id_hashes(&blocks, known_ids.map(|ids| (ids, from)))?;
-    Some((Conversation { blocks, cuts, over_cap }, ids))
 }
 
 /// Whether no two blocks have the same id.
@@ -1152,12 +1181,16 @@ mod tests {
                 assert_eq!(ids.0, all_ids.0, "{known} known");
             }
         }
-        // A block with a violation, or an id the known blocks have: None (a whole read says why),
-        // whether the known blocks' id hashes are given or not.
+        // A block with a violation, or an id the known blocks have: the known blocks handed back
+        // (a whole read says why), whether their id hashes are given or not.
         let bad = [json!({"id": "x", "role": "nobody", "content": "?"}), json!({"id": "a", "role": "user"})];
         for bad in bad {
             for known_ids in [None, Some(all_ids.clone())] {
-                assert!(extend_conversation(whole.prefix(5), known_ids, &[&bad], cap, "blocks").is_none());
+                let known = extend_conversation(whole.prefix(5), known_ids, &[&bad], cap, "blocks").unwrap_err();
+                assert_eq!((known.blocks, known.cuts), (whole.blocks.clone(), whole.cuts.clone()));
+                // Past a known prefix, handed back as it was too.
+                let known = extend_conversation(whole.prefix(2), None, &[nodes[2], &bad], cap, "blocks").unwrap_err();
+                assert_eq!((known.blocks.len(), known.cuts.len()), (2, 1));
             }
         }
     }
