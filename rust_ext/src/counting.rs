@@ -14,6 +14,7 @@ use contextshift_core::{
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -148,9 +149,10 @@ impl PyCounts {
     }
 }
 
-/// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
+/// One item of `count_items`: a text borrowed from its Python string where it is UTF-8 there, or a
+/// parsed block.
 pub(crate) enum Item<'a> {
-    Text(&'a str),
+    Text(Cow<'a, str>),
     Block(Arc<Block>),
 }
 
@@ -248,7 +250,8 @@ pub(crate) fn count_texts_uncached(
                 Shape::Str(text) => Ok(text),
                 other => Err(not_a_list(&format!("texts[{i}]"), format!("must be a str, got {}", other.type_name()))),
             })
-            .collect::<PyResult<Vec<&str>>>()?;
+            .collect::<PyResult<Vec<Cow<str>>>>()?;
+        let texts: Vec<&str> = texts.iter().map(|t| &**t).collect();
         Ok(py.detach(|| count_texts_fresh(&profile, &texts, as_batch)))
     })
 }
