@@ -43,7 +43,10 @@ def test_tuples_are_lists() -> None:
     [
         ({"role": "user", "content": {1, 2}}, "blocks[0].content"),
         ({"role": "user", "content": "a lone \ud800 surrogate"}, "blocks[0].content"),
-        ({"role": "user", "content": [{"type": "text", "text": "😀 then \udc00"}]}, "blocks[0].content[0].text"),
+        (
+            {"role": "user", "content": [{"type": "text", "text": "😀 then \udc00"}]},
+            "blocks[0].content[0].text",
+        ),
         ({"role": "user", "relevance": math.inf}, "blocks[0].relevance"),
         ({"role": "user", "relevance": True}, "blocks[0].relevance"),
         ({"role": "user", "id": 7}, "blocks[0].id"),
@@ -204,20 +207,28 @@ def test_strs_of_every_width_are_read_as_their_json_and_left_as_they_were() -> N
     # ASCII, the BMP, beyond it): each reads from dicts as the same text from JSON, counted and cut
     # alike, and none is left holding a UTF-8 copy of itself (sys.getsizeof counts one).
     texts = ["plain", "café crème " * 30, "snow ☃, “quoted” " * 30, "emoji 😀 and é " * 30, "ÿ", "☃" * 9]
-    blocks: list[dict[str, Any]] = [{"id": f"b{i}", "role": "user", "content": t} for i, t in enumerate(texts)]
+    blocks: list[dict[str, Any]] = [
+        {"id": f"b{i}", "role": "user", "content": t} for i, t in enumerate(texts)
+    ]
     blocks.append({"id": "parts", "role": "user", "content": [{"type": "text", "text": t} for t in texts]})
     sizes = [sys.getsizeof(t) for t in texts]
     for options in (None, {"max_block_chars": 64}):
         for profile in ("heuristic", "o200k_base"):
             from_dicts = contextshift.shift_context(blocks, budget=10_000, profile=profile, options=options)
             from_json = contextshift.shift_context(
-                json.dumps(blocks, ensure_ascii=False).encode(), budget=10_000, profile=profile, options=options
+                json.dumps(blocks, ensure_ascii=False).encode(),
+                budget=10_000,
+                profile=profile,
+                options=options,
             )
             assert from_dicts == from_json
             assert from_dicts.messages == from_json.messages
-    assert contextshift.shift_context(blocks, budget=10_000, options={"max_block_chars": 64}).messages[2][
-        "content"
-    ] == texts[2][:53] + "[Truncated]"
+    assert (
+        contextshift.shift_context(blocks, budget=10_000, options={"max_block_chars": 64}).messages[2][
+            "content"
+        ]
+        == texts[2][:53] + "[Truncated]"
+    )
     assert [sys.getsizeof(t) for t in texts] == sizes
 
 

@@ -84,7 +84,8 @@ mod pep393 {
 
     /// The UTF-8 of code points U+0000 to U+00FF, one a byte (encoding_rs: SIMD).
     fn from_latin1(code_points: &[u8]) -> String {
-        let wide = code_points.chunks(1 << 24).map(|run| run.iter().map(|&c| u32::from(c >= 0x80)).sum::<u32>() as usize);
+        let wide =
+            code_points.chunks(1 << 24).map(|run| run.iter().map(|&c| u32::from(c >= 0x80)).sum::<u32>() as usize);
         let mut text = zeroed(code_points.len() + wide.sum::<usize>());
         let (_, written) = encoding_rs::mem::convert_latin1_to_str_partial(code_points, &mut text);
         text.truncate(written); // all of it: the size is exact

@@ -173,8 +173,8 @@ pub struct OverCap {
 #[derive(Clone, Debug, Default)]
 pub struct Conversation {
     /// Shared: a block read before is the block cached then (`block_cache`), and the list itself
-    /// with the recent request it was read as (copying 10k pointers, and dropping them, was 13%
-    /// of an agent loop's next turn).
+    /// with the recent request it was read as (copying 10k pointers, and dropping them, was about
+    /// a tenth of an agent loop's next turn).
     pub blocks: Arc<Vec<Arc<Block>>>,
     /// Shared: a recent request's cuts are taken with its blocks (`block_cache`).
     pub cuts: Vec<Arc<CharCut>>,
@@ -989,7 +989,8 @@ impl Reader {
             let (name, arguments, arguments_at) = match function {
                 Some(function) if matches!(function.shape(), Shape::Object) => {
                     read_fields!(function, { name: "name", arguments: "arguments" });
-                    let name = self.string(name.as_ref(), &function_at.key("name")).map(Cow::into_owned).unwrap_or_default();
+                    let name =
+                        self.string(name.as_ref(), &function_at.key("name")).map(Cow::into_owned).unwrap_or_default();
                     (name, arguments, function_at.key("arguments"))
                 }
                 Some(function) => {
@@ -997,7 +998,8 @@ impl Reader {
                     (String::new(), None, function_at)
                 }
                 None => {
-                    let name = self.string(name.as_ref(), &call_at.key("name")).map(Cow::into_owned).unwrap_or_default();
+                    let name =
+                        self.string(name.as_ref(), &call_at.key("name")).map(Cow::into_owned).unwrap_or_default();
                     (name, arguments, call_at.key("arguments"))
                 }
             };
@@ -1103,7 +1105,8 @@ impl Reader {
             }
             "tool-call" => {
                 if let Some(id) = self.required_id(tool_call_id.as_ref(), &at.key("toolCallId")) {
-                    let name = self.string(tool_name.as_ref(), &at.key("toolName")).map(Cow::into_owned).unwrap_or_default();
+                    let name =
+                        self.string(tool_name.as_ref(), &at.key("toolName")).map(Cow::into_owned).unwrap_or_default();
                     let (input, input_at) = match input {
                         Some(input) => (Some(input), at.key("input")),
                         None => (args, at.key("args")),
