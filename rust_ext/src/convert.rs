@@ -6,7 +6,6 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::{Map, Number, Value};
-use std::borrow::Cow;
 use std::ptr;
 
 /// Deeper nesting than this is refused rather than risking the stack.
@@ -33,88 +32,6 @@ fn utf8<'a>(s: Borrowed<'a, '_, PyString>) -> Option<&'a str> {
     Some(unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast::<u8>(), size as usize)) })
 }
 
-/// A str's text, for as long as the borrow: CPython's own bytes when it holds the text as UTF-8
-/// (ASCII), else encoded here into the string the parser keeps. (CPython would encode a non-ASCII
-/// str into a UTF-8 copy kept on the object for its lifetime, which the parser then copied again.)
-/// None for lone surrogates.
-fn text<'a>(s: Borrowed<'a, '_, PyString>) -> Option<Cow<'a, str>> {
-    #[cfg(not(any(PyPy, GraalPy, Py_3_14)))]
-    if let Some(encoded) = pep393::encoded(s) {
-        return encoded.map(Cow::Owned);
-    }
-    utf8(s).map(Cow::Borrowed)
-}
-
-/// A str's text read from CPython's own storage (PEP 393: one, two or four bytes a code point),
-/// where the interpreter still exposes it.
-#[cfg(not(any(PyPy, GraalPy, Py_3_14)))]
-mod pep393 {
-    use pyo3::ffi;
-    use pyo3::prelude::*;
-    use pyo3::types::PyString;
-
-    /// A non-ASCII str's UTF-8 (None within for lone surrogates); None for an ASCII str, which is
-    /// its own UTF-8.
-    pub(super) fn encoded(s: Borrowed<'_, '_, PyString>) -> Option<Option<String>> {
-        let obj = s.as_ptr();
-        // SAFETY: the GIL is held and `obj` is a str, made ready (canonical) before its kind and
-        // data are read; its length in code points is the length of its data in units of its kind.
-        unsafe {
-            if ffi::PyUnicode_READY(obj) != 0 {
-                drop(PyErr::take(s.py()));
-                return Some(None);
-            }
-            if ffi::PyUnicode_IS_ASCII(obj) != 0 {
-                return None;
-            }
-            let (data, len) = (ffi::PyUnicode_DATA(obj), ffi::PyUnicode_GET_LENGTH(obj) as usize);
-            Some(match ffi::PyUnicode_KIND(obj) {
-                ffi::PyUnicode_1BYTE_KIND => Some(from_latin1(std::slice::from_raw_parts(data.cast(), len))),
-                ffi::PyUnicode_2BYTE_KIND => from_ucs2(std::slice::from_raw_parts(data.cast(), len)),
-                _ => from_ucs4(std::slice::from_raw_parts(data.cast(), len)),
-            })
-        }
-    }
-
-    /// `size` bytes of NULs, to be written over by an encoder that writes whole chars.
-    fn zeroed(size: usize) -> String {
-        // SAFETY: NUL bytes are UTF-8.
-        unsafe { String::from_utf8_unchecked(vec![0; size]) }
-    }
-
-    /// The UTF-8 of code points U+0000 to U+00FF, one a byte (encoding_rs: SIMD).
-    fn from_latin1(code_points: &[u8]) -> String {
-        let wide =
-            code_points.chunks(1 << 24).map(|run| run.iter().map(|&c| u32::from(c >= 0x80)).sum::<u32>() as usize);
-        let mut text = zeroed(code_points.len() + wide.sum::<usize>());
-        let (_, written) = encoding_rs::mem::convert_latin1_to_str_partial(code_points, &mut text);
-        text.truncate(written); // all of it: the size is exact
-        text
-    }
-
-    /// The UTF-8 of code points below U+10000, two bytes each; None for a surrogate (two lone
-    /// surrogates in a str are not the char a UTF-16 pair of them is, and UTF-8 cannot carry one).
-    fn from_ucs2(code_points: &[u16]) -> Option<String> {
-        // Both passes without an early exit and in 16- and 32-bit lanes, so they vectorise: an
-        // `any` or a `usize` sum here took more than the encoding.
-        if code_points.iter().fold(false, |found, &c| found | (c & 0xF800 == 0xD800)) {
-            return None;
-        }
-        let utf8_len = |c: u16| 1 + u32::from(c >= 0x80) + u32::from(c >= 0x800);
-        let size = code_points.chunks(1 << 24).map(|run| run.iter().map(|&c| utf8_len(c)).sum::<u32>() as usize).sum();
-        let mut text = zeroed(size);
-        let (_, written) = encoding_rs::mem::convert_utf16_to_str_partial(code_points, &mut text);
-        text.truncate(written);
-        Some(text)
-    }
-
-    /// The UTF-8 of code points four bytes each (a str with a char beyond U+FFFF); None for a
-    /// surrogate.
-    fn from_ucs4(code_points: &[u32]) -> Option<String> {
-        code_points.iter().map(|&c| char::from_u32(c)).collect()
-    }
-}
-
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
 }
@@ -129,7 +46,7 @@ impl Node for PyNode<'_, '_> {
         if exact == ptr::addr_of_mut!(ffi::PyUnicode_Type) {
             // SAFETY: the type check above.
             let s = unsafe { obj.cast_unchecked::<PyString>() };
-            return text(s).map(Shape::Str).unwrap_or_else(|| Shape::Other("str with lone surrogates".to_owned()));
+            return utf8(s).map(Shape::Str).unwrap_or_else(|| Shape::Other("str with lone surrogates".to_owned()));
         }
         if exact == ptr::addr_of_mut!(ffi::PyDict_Type) {
             return Shape::Object;
@@ -140,7 +57,7 @@ impl Node for PyNode<'_, '_> {
         if obj.is_none() {
             Shape::Null
         } else if let Ok(s) = obj.cast::<PyString>() {
-            text(s).map(Shape::Str).unwrap_or_else(|| Shape::Other("str with lone surrogates".to_owned()))
+            utf8(s).map(Shape::Str).unwrap_or_else(|| Shape::Other("str with lone surrogates".to_owned()))
         } else if let Ok(b) = obj.cast::<PyBool>() {
             Shape::Bool(b.is_true())
         } else if obj.is_instance_of::<PyInt>() {
@@ -223,7 +140,7 @@ fn to_value(node: &PyNode<'_, '_>, path: &mut String, depth: usize) -> Result<Va
         Shape::Bool(b) => Value::Bool(b),
         Shape::Int(i) => Value::Number(i.into()),
         Shape::Float(f) => Value::Number(Number::from_f64(f).ok_or_else(|| format!("must be finite, got {f}"))?),
-        Shape::Str(s) => Value::String(s.into_owned()),
+        Shape::Str(s) => Value::String(s.to_owned()),
         Shape::List => {
             let mut list = Vec::new();
             for (j, item) in node.items().iter().enumerate() {

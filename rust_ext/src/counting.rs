@@ -14,7 +14,6 @@ use contextshift_core::{
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -149,10 +148,9 @@ impl PyCounts {
     }
 }
 
-/// One item of `count_items`: a text borrowed from its Python string where it is UTF-8 there, or a
-/// parsed block.
+/// One item of `count_items`: a text borrowed from its Python string (no copy), or a parsed block.
 pub(crate) enum Item<'a> {
-    Text(Cow<'a, str>),
+    Text(&'a str),
     Block(Arc<Block>),
 }
 
@@ -250,8 +248,7 @@ pub(crate) fn count_texts_uncached(
                 Shape::Str(text) => Ok(text),
                 other => Err(not_a_list(&format!("texts[{i}]"), format!("must be a str, got {}", other.type_name()))),
             })
-            .collect::<PyResult<Vec<Cow<str>>>>()?;
-        let texts: Vec<&str> = texts.iter().map(|t| &**t).collect();
+            .collect::<PyResult<Vec<&str>>>()?;
         Ok(py.detach(|| count_texts_fresh(&profile, &texts, as_batch)))
     })
 }

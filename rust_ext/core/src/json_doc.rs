@@ -156,7 +156,7 @@ impl Node for TapeNode<'_, '_> {
             Kind::True => Shape::Bool(true),
             Kind::Int => Shape::Int(entry.a as i64),
             Kind::Float => Shape::Float(f64::from_bits(entry.a)),
-            Kind::Str => Shape::Str(Cow::Borrowed(self.tape.str(entry))),
+            Kind::Str => Shape::Str(self.tape.str(entry)),
             Kind::List => Shape::List,
             Kind::Object => Shape::Object,
         }

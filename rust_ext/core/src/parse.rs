@@ -10,7 +10,6 @@ use crate::block::{Block, CountMemo, Image, Kind, Reasoning, ReasoningSource, Ro
 use crate::json_text::to_json_text;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
-use std::borrow::Cow;
 use std::fmt::Write;
 use std::sync::Arc;
 
@@ -21,9 +20,7 @@ pub enum Shape<'a> {
     Int(i64),
     /// A non-integer number; may be NaN or infinite when it comes from Python.
     Float(f64),
-    /// Borrowed from the document where it holds the text as UTF-8, else made (a Python str
-    /// that is not ASCII).
-    Str(Cow<'a, str>),
+    Str(&'a str),
     List,
     Object,
     /// Anything else (a Python set, a huge int, ...), by type name.
@@ -66,7 +63,7 @@ impl Node for &Value {
             Value::Number(n) => {
                 n.as_i64().map(Shape::Int).unwrap_or_else(|| Shape::Float(n.as_f64().unwrap_or(f64::NAN)))
             }
-            Value::String(s) => Shape::Str(Cow::Borrowed(s)),
+            Value::String(s) => Shape::Str(s),
             Value::Array(_) => Shape::List,
             Value::Object(_) => Shape::Object,
         }
@@ -593,7 +590,7 @@ fn readable_id<N: Node>(node: &N, index: usize) -> Option<String> {
     read_fields!(node, { id: "id" });
     match id.as_ref().map(|id| id.shape()) {
         None => Some(format!("#{index}")),
-        Some(Shape::Str(id)) if !id.is_empty() => Some(id.into_owned()),
+        Some(Shape::Str(id)) if !id.is_empty() => Some(id.to_owned()),
         Some(_) => None,
     }
 }
@@ -675,7 +672,6 @@ impl Reader {
         }, answered: RESULT_ID_KEYS);
         let id = self.block_id(id.as_ref(), at);
         let item_type = self.string(item_type.as_ref(), &at.key("type"));
-        let item_type = item_type.as_deref();
         let role = self.role(role.as_ref(), item_type, at);
         let kind = self.kind(kind.as_ref(), at);
 
@@ -706,7 +702,7 @@ impl Reader {
         // A participant name is lenient: only a string is one, and nothing else is an error, so the
         // blocks that parsed before names were counted still parse.
         let participant = match name.as_ref().map(|n| n.shape()) {
-            Some(Shape::Str(n)) if !issues_call_id => Some(n.into_owned()),
+            Some(Shape::Str(n)) if !issues_call_id => Some(n.to_owned()),
             _ => None,
         };
         Block {
@@ -731,7 +727,7 @@ impl Reader {
 
     /// A block's id: given (a non-empty string), else `#<index>`.
     fn block_id<N: Node>(&mut self, node: Option<&N>, at: &Path) -> String {
-        match self.string(node, &at.key("id")).as_deref() {
+        match self.string(node, &at.key("id")) {
             Some("") => {
                 self.violation(&at.key("id"), "must not be empty");
                 String::new()
@@ -749,7 +745,7 @@ impl Reader {
             _ => None,
         };
         let given = node.is_some();
-        match self.string(node, &at.key("role")).as_deref() {
+        match self.string(node, &at.key("role")) {
             Some(name) => Role::parse(name).unwrap_or_else(|| {
                 self.violation(
                     &at.key("role"),
@@ -771,7 +767,7 @@ impl Reader {
 
     /// A block's kind, `message` when not given.
     fn kind<N: Node>(&mut self, node: Option<&N>, at: &Path) -> Kind {
-        match self.string(node, &at.key("kind")).as_deref() {
+        match self.string(node, &at.key("kind")) {
             Some(name) => Kind::parse(name).unwrap_or_else(|| {
                 self.violation(
                     &at.key("kind"),
@@ -795,7 +791,7 @@ impl Reader {
         calls: &mut Vec<ToolCall>,
     ) {
         let Some(call_id) = self.required_id(call_id, &at.key("call_id")) else { return };
-        let name = self.string(name, &at.key("name")).map(Cow::into_owned).unwrap_or_default();
+        let name = self.string(name, &at.key("name")).unwrap_or("").to_owned();
         let arguments_at = at.key("arguments");
         let text = self.arguments(arguments, &arguments_at);
         self.call(calls, ToolCall { id: call_id, name, arguments: text }, arguments.map(|_| &arguments_at));
@@ -841,8 +837,8 @@ impl Reader {
                 if let Some(places) = &mut self.places {
                     places.reasoning.push(field_at.pointer());
                 }
-                if !texts.iter().any(|t| *t == text) {
-                    texts.push(text.into_owned());
+                if !texts.iter().any(|t| t == text) {
+                    texts.push(text.to_owned());
                 }
             }
         }
@@ -868,7 +864,7 @@ impl Reader {
         if let (Some(places), Some(recorded)) = (&mut self.places, recorded) {
             places.pieces.truncate(recorded); // reasoning text is not the block's text
         }
-        let opaque = self.string(encrypted, &at.key("encrypted_content")).map(Cow::into_owned);
+        let opaque = self.string(encrypted, &at.key("encrypted_content")).map(str::to_owned);
         parts.calls.extend(inner.calls);
         parts.result_ids.extend(inner.result_ids);
         parts.images.extend(inner.images);
@@ -881,7 +877,7 @@ impl Reader {
     }
 
     /// An optional string; a value of another type is a violation.
-    fn string<'n, N: Node>(&mut self, node: Option<&'n N>, at: &Path) -> Option<Cow<'n, str>> {
+    fn string<'n, N: Node>(&mut self, node: Option<&'n N>, at: &Path) -> Option<&'n str> {
         let node = node?;
         match node.shape() {
             Shape::Str(s) => Some(s),
@@ -899,11 +895,11 @@ impl Reader {
             return None;
         };
         match node.shape() {
-            Shape::Str(s) if s.is_empty() => {
+            Shape::Str("") => {
                 self.violation(at, "must not be empty");
                 None
             }
-            Shape::Str(s) => Some(s.into_owned()),
+            Shape::Str(s) => Some(s.to_owned()),
             _ => {
                 self.wrong_type(at, "a string", node);
                 None
@@ -966,7 +962,7 @@ impl Reader {
         match node {
             None => String::new(),
             Some(node) => match node.shape() {
-                Shape::Str(s) => s.into_owned(),
+                Shape::Str(s) => s.to_owned(),
                 _ => self.json_text(node, at),
             },
         }
@@ -989,8 +985,7 @@ impl Reader {
             let (name, arguments, arguments_at) = match function {
                 Some(function) if matches!(function.shape(), Shape::Object) => {
                     read_fields!(function, { name: "name", arguments: "arguments" });
-                    let name =
-                        self.string(name.as_ref(), &function_at.key("name")).map(Cow::into_owned).unwrap_or_default();
+                    let name = self.string(name.as_ref(), &function_at.key("name")).unwrap_or("").to_owned();
                     (name, arguments, function_at.key("arguments"))
                 }
                 Some(function) => {
@@ -998,8 +993,7 @@ impl Reader {
                     (String::new(), None, function_at)
                 }
                 None => {
-                    let name =
-                        self.string(name.as_ref(), &call_at.key("name")).map(Cow::into_owned).unwrap_or_default();
+                    let name = self.string(name.as_ref(), &call_at.key("name")).unwrap_or("").to_owned();
                     (name, arguments, call_at.key("arguments"))
                 }
             };
@@ -1014,7 +1008,7 @@ impl Reader {
     fn content<N: Node>(&mut self, node: Option<&N>, at: &Path, parts: &mut Parts) {
         let Some(node) = node else { return };
         match node.shape() {
-            Shape::Str(s) => self.piece(parts, s.into_owned(), at),
+            Shape::Str(s) => self.piece(parts, s.to_owned(), at),
             Shape::List => {
                 for (j, part) in node.items().iter().enumerate() {
                     self.part(part, &at.index(j), parts);
@@ -1045,7 +1039,7 @@ impl Reader {
             return None;
         };
         match node.shape() {
-            Shape::Str(s) => Some(s.into_owned()),
+            Shape::Str(s) => Some(s.to_owned()),
             _ => {
                 self.wrong_type(at, "a string", node);
                 None
@@ -1066,7 +1060,7 @@ impl Reader {
         let type_at = at.key("type");
         let Some(part_type) = part_type else { return self.violation(&type_at, "missing") };
         let Shape::Str(part_type) = part_type.shape() else { return self.wrong_type(&type_at, "a string", &part_type) };
-        match &*part_type {
+        match part_type {
             "text" | "input_text" | "output_text" | "summary_text" | "reasoning_text" => {
                 self.text(text.as_ref(), &at.key("text"), parts)
             }
@@ -1076,7 +1070,7 @@ impl Reader {
                     let text = self.required_text(thinking.as_ref(), &at.key("thinking"));
                     (ReasoningSource::Thinking, text.into_iter().collect(), Strings::new())
                 } else {
-                    let data = self.string(data.as_ref(), &at.key("data")).map(Cow::into_owned);
+                    let data = self.string(data.as_ref(), &at.key("data")).map(str::to_owned);
                     (ReasoningSource::RedactedThinking, Strings::new(), data.into_iter().collect())
                 };
                 if let Some(places) = &mut self.places {
@@ -1088,16 +1082,16 @@ impl Reader {
                 let nested_detail = image_url.filter(|u| matches!(u.shape(), Shape::Object)).and_then(|url| {
                     read_fields!(url, { detail: "detail" });
                     let url_at = at.key("image_url");
-                    self.string(detail.as_ref(), &url_at.key("detail")).map(Cow::into_owned)
+                    self.string(detail.as_ref(), &url_at.key("detail")).map(str::to_owned)
                 });
-                let detail = self.string(detail.as_ref(), &at.key("detail")).map(Cow::into_owned).or(nested_detail);
+                let detail = self.string(detail.as_ref(), &at.key("detail")).map(str::to_owned).or(nested_detail);
                 let width = self.size(width.as_ref(), &at.key("width"));
                 let height = self.size(height.as_ref(), &at.key("height"));
                 parts.images.push(Image { detail, width, height });
             }
             "tool_use" => {
                 if let Some(id) = self.required_id(id.as_ref(), &at.key("id")) {
-                    let name = self.string(name.as_ref(), &at.key("name")).map(Cow::into_owned).unwrap_or_default();
+                    let name = self.string(name.as_ref(), &at.key("name")).unwrap_or("").to_owned();
                     let input_at = at.key("input");
                     let arguments = input.as_ref().map(|input| self.json_text(input, &input_at)).unwrap_or_default();
                     self.call(&mut parts.calls, ToolCall { id, name, arguments }, input.map(|_| &input_at));
@@ -1105,8 +1099,7 @@ impl Reader {
             }
             "tool-call" => {
                 if let Some(id) = self.required_id(tool_call_id.as_ref(), &at.key("toolCallId")) {
-                    let name =
-                        self.string(tool_name.as_ref(), &at.key("toolName")).map(Cow::into_owned).unwrap_or_default();
+                    let name = self.string(tool_name.as_ref(), &at.key("toolName")).unwrap_or("").to_owned();
                     let (input, input_at) = match input {
                         Some(input) => (Some(input), at.key("input")),
                         None => (args, at.key("args")),
@@ -1127,7 +1120,7 @@ impl Reader {
                 };
                 if let Some(value) = value {
                     let text = match value.shape() {
-                        Shape::Str(s) => s.into_owned(),
+                        Shape::Str(s) => s.to_owned(),
                         _ => self.json_text(&value, &value_at),
                     };
                     self.piece(parts, text, &value_at);

@@ -88,7 +88,7 @@ impl Reader<'_> {
         });
         let kind = match kind.as_ref().map(|k| k.shape()) {
             None => None,
-            Some(Shape::Str(kind)) => Some(kind.into_owned()),
+            Some(Shape::Str(kind)) => Some(kind.to_owned()),
             Some(other) => {
                 let got = other.type_name().to_owned();
                 self.violation(format!("{at}.type"), format!("must be a string, got {got}"));
@@ -116,7 +116,7 @@ impl Reader<'_> {
             // custom tool, ...).
             Some(kind) if kind != "custom" || input_schema.is_none() => {
                 let name = match name.as_ref().map(|n| n.shape()) {
-                    Some(Shape::Str(name)) => name.into_owned(),
+                    Some(Shape::Str(name)) => name.to_owned(),
                     _ => kind.to_owned(),
                 };
                 Some(Tool { function: false, name, description: String::new(), properties: Vec::new(), json })
@@ -137,7 +137,7 @@ impl Reader<'_> {
         json: String,
     ) -> Option<Tool> {
         let name = match name.as_ref().map(|n| n.shape()) {
-            Some(Shape::Str(name)) if !name.is_empty() => Some(name.into_owned()),
+            Some(Shape::Str(name)) if !name.is_empty() => Some(name.to_owned()),
             Some(Shape::Str(_)) => {
                 self.violation(format!("{at}.name"), "must not be empty");
                 None
@@ -154,7 +154,7 @@ impl Reader<'_> {
         };
         let description = match description.as_ref().map(|d| d.shape()) {
             None => Some(String::new()),
-            Some(Shape::Str(description)) => Some(description.into_owned()),
+            Some(Shape::Str(description)) => Some(description.to_owned()),
             Some(other) => {
                 let got = other.type_name().to_owned();
                 self.violation(format!("{at}.description"), format!("must be a string, got {got}"));
