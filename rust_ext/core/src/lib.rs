@@ -23,7 +23,6 @@ pub mod plan;
 pub mod profile;
 pub mod reasoning;
 pub mod relevance;
-pub mod repair;
 pub mod tools;
 pub mod verbatim;
 pub mod wire;
@@ -36,8 +35,7 @@ pub use parse::{
     extend_conversation, parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, IdHashes,
     Node, OverCap, Rewrite, Shape, Violation,
 };
-pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason};
+pub use plan::{pinned_cap, plan_removal, protection, BudgetExceeded, Plan, PlanInput, Protection, Reason, Repair};
 #[cfg(feature = "counting")]
 pub use profile::{builtin_profiles, clear_caches, profile_by_name, Profile, ProfileError, ProfileInfo};
 pub use reasoning::{ReasoningRule, Retention};
-pub use repair::Repair;

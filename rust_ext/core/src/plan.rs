@@ -1,9 +1,12 @@
 //! Protection, the pinned cap, and the removal plan (orphans, oldest-first removal by whole
-//! groups, then the repair of `crate::repair`). docs/semantics.md §4–5.
+//! groups, then the repair of the child module `repair`). docs/semantics.md §4–5.
+
+mod repair;
 
 use crate::block::{Block, Kind, Role};
 use crate::group::Groups;
-use crate::repair::{repair_start, Repair};
+use repair::repair_start;
+pub use repair::Repair;
 use std::sync::Arc;
 
 /// Why a block is protected; decides its kept reason.
@@ -193,18 +196,19 @@ impl<'a> PlanInput<'a> {
     }
 }
 
-pub(crate) struct Planner<'a> {
-    pub(crate) input: &'a PlanInput<'a>,
-    pub(crate) kept: Vec<bool>,
-    pub(crate) reasons: Vec<Reason>,
-    pub(crate) total: u64,
+/// The plan being made: its fields are private to this module and its child `repair`.
+struct Planner<'a> {
+    input: &'a PlanInput<'a>,
+    kept: Vec<bool>,
+    reasons: Vec<Reason>,
+    total: u64,
     /// Per group: some member is protected.
-    pub(crate) group_protected: Vec<bool>,
+    group_protected: Vec<bool>,
 }
 
 impl Planner<'_> {
     /// Excludes a whole group: its earliest member carries `reason`, the others `TOOL_GROUP`.
-    pub(crate) fn exclude(&mut self, g: usize, reason: Reason) {
+    fn exclude(&mut self, g: usize, reason: Reason) {
         for (k, &i) in self.input.groups.members(g).iter().enumerate() {
             self.kept[i] = false;
             self.reasons[i] = if k == 0 { reason } else { Reason::ToolGroup };
@@ -214,7 +218,7 @@ impl Planner<'_> {
 
     /// Excludes the oldest kept unprotected groups (`BUDGET_OLDEST_FIRST`), skipping `spared`,
     /// while the total is over `limit`; whether it excluded any.
-    pub(crate) fn remove_oldest(&mut self, limit: u64, spared: Option<usize>) -> bool {
+    fn remove_oldest(&mut self, limit: u64, spared: Option<usize>) -> bool {
         let groups = self.input.groups;
         let mut removed = false;
         for g in 0..groups.len() {
@@ -232,7 +236,7 @@ impl Planner<'_> {
 }
 
 /// Stages 4–5: orphans out, a strategy's forced and ranked groups, then unprotected groups
-/// oldest-first until the prompt fits, then the repair (`crate::repair`). Linear in blocks.
+/// oldest-first until the prompt fits, then the repair (`repair`). Linear in blocks.
 pub fn plan_removal(input: &PlanInput) -> Result<Plan, BudgetExceeded> {
     let n = input.blocks.len();
     let groups = input.groups;

@@ -15,8 +15,8 @@
 //! A user turn is a `message` block with role user alone in its group (an Anthropic user block
 //! carrying tool results belongs to its call and is no turn of its own).
 
+use super::{Planner, Reason};
 use crate::block::{Kind, Role};
-use crate::plan::{Planner, Reason};
 
 /// What the repair did: what a warning reports when it removed much of what the cut kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,7 +75,7 @@ impl Planner<'_> {
 }
 
 /// Runs the repair on a plan whose cut brought the total to at most `limit`.
-pub(crate) fn repair_start(planner: &mut Planner, limit: u64) -> Repair {
+pub(super) fn repair_start(planner: &mut Planner, limit: u64) -> Repair {
     let cut_tokens = planner.total;
     let (leading, first) = planner.leading_groups();
     if leading.is_empty() {
