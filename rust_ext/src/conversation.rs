@@ -23,7 +23,6 @@ use contextshift_core::{
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyTuple};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -389,7 +388,7 @@ impl PyConversation {
     #[pyo3(signature = (counts, *, budget, unpinned=Vec::new(), protect_current_input=true, start_on_user=true, target=None, forced=Vec::new(), ranked=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn plan(
-        slf: &Bound<'_, Self>,
+        &self,
         py: Python<'_>,
         counts: &PyCounts,
         budget: u64,
@@ -400,26 +399,25 @@ impl PyConversation {
         forced: Vec<(usize, String)>,
         ranked: Vec<(usize, String)>,
     ) -> PyResult<PyPlan> {
-        let this = slf.get();
         guarded(|| {
-            let n = this.blocks.len();
+            let n = self.blocks.len();
             if counts.tokens.len() != n {
                 return Err(PyValueError::new_err(format!("{} counts for {n} blocks", counts.tokens.len())));
             }
-            let unpinned_mask = this.mask(unpinned)?;
-            let over_cap = this.over_cap.iter().map(|o| (o.index, Reason::ReasoningOverCap));
-            let forced: Vec<(usize, Reason)> = over_cap.chain(this.reasoned(forced)?).collect();
-            let ranked = this.reasoned(ranked)?;
+            let unpinned_mask = self.mask(unpinned)?;
+            let over_cap = self.over_cap.iter().map(|o| (o.index, Reason::ReasoningOverCap));
+            let forced: Vec<(usize, Reason)> = over_cap.chain(self.reasoned(forced)?).collect();
+            let ranked = self.reasoned(ranked)?;
             let plan = py.detach(|| {
-                let protection = protection(&this.blocks, protect_current_input, &unpinned_mask);
+                let protection = protection(&self.blocks, protect_current_input, &unpinned_mask);
                 plan_removal(&PlanInput {
                     target: target.unwrap_or(budget),
                     forced: &forced,
                     ranked: &ranked,
                     ..PlanInput::truncate(
-                        &this.blocks,
+                        &self.blocks,
                         &counts.tokens,
-                        &this.groups,
+                        &self.groups,
                         &protection,
                         &unpinned_mask,
                         budget,
@@ -429,18 +427,7 @@ impl PyConversation {
                 })
             });
             let plan = plan.map_err(|e| TokenBudgetExceeded::new_err((e.protected_tokens, e.budget)))?;
-            let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..n).partition(|&i| plan.kept[i]);
-            Ok(PyPlan {
-                conversation: slf.clone().unbind(),
-                kept: kept.into(),
-                excluded: excluded.into(),
-                total: plan.total,
-                repair: plan.repair,
-                tokens: counts.tokens.to_vec(),
-                reasons: plan.reasons,
-                kept_decisions: PyOnceLock::new(),
-                excluded_decisions: PyOnceLock::new(),
-            })
+            Ok(PyPlan::new(Arc::clone(&self.blocks), plan, counts.tokens.to_vec()))
         })
     }
 

@@ -1,15 +1,15 @@
 //! A plan (`Plan`) and its per-block decisions (`BlockDecision`), and their wire encodings.
 
 use crate::boundary::{guarded, reason_str};
-use crate::conversation::PyConversation;
 use crate::counting::PyCounts;
 use crate::objects::{GcPause, Tupled};
 use contextshift_core::wire;
-use contextshift_core::{Reason, Repair};
+use contextshift_core::{Block, Plan, Reason, Repair};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use std::sync::Arc;
 
 /// A block kept or excluded, with its tokens and a stable reason code.
 #[pyclass(frozen, eq, module = "contextshift", name = "BlockDecision")]
@@ -65,23 +65,40 @@ impl PyBlockDecision {
 /// Python objects only when asked for (a server encodes them straight from here).
 #[pyclass(frozen, module = "contextshift._core", name = "Plan")]
 pub(crate) struct PyPlan {
-    pub(crate) conversation: Py<PyConversation>,
-    pub(crate) kept: Tupled<usize>,
-    pub(crate) excluded: Tupled<usize>,
+    /// The conversation's blocks (its shared list, not a copy).
+    blocks: Arc<Vec<Arc<Block>>>,
+    kept: Tupled<usize>,
+    excluded: Tupled<usize>,
     #[pyo3(get)]
-    pub(crate) total: u64,
-    /// What the repair did (contextshift_core::repair).
-    pub(crate) repair: Repair,
+    total: u64,
+    /// What the repair did (contextshift_core::plan::Repair).
+    repair: Repair,
     /// Per block.
-    pub(crate) tokens: Vec<u64>,
-    pub(crate) reasons: Vec<Reason>,
-    pub(crate) kept_decisions: PyOnceLock<Py<PyList>>,
-    pub(crate) excluded_decisions: PyOnceLock<Py<PyList>>,
+    tokens: Vec<u64>,
+    reasons: Vec<Reason>,
+    kept_decisions: PyOnceLock<Py<PyList>>,
+    excluded_decisions: PyOnceLock<Py<PyList>>,
 }
 
 impl PyPlan {
-    pub(crate) fn decisions(&self, py: Python<'_>, indices: &[usize]) -> PyResult<Py<PyList>> {
-        let blocks = &self.conversation.get().blocks;
+    /// The plan the core made for `blocks`, whose tokens (per block) it was made with.
+    pub(crate) fn new(blocks: Arc<Vec<Arc<Block>>>, plan: Plan, tokens: Vec<u64>) -> Self {
+        let (kept, excluded): (Vec<usize>, Vec<usize>) = (0..blocks.len()).partition(|&i| plan.kept[i]);
+        PyPlan {
+            blocks,
+            kept: kept.into(),
+            excluded: excluded.into(),
+            total: plan.total,
+            repair: plan.repair,
+            tokens,
+            reasons: plan.reasons,
+            kept_decisions: PyOnceLock::new(),
+            excluded_decisions: PyOnceLock::new(),
+        }
+    }
+
+    fn decisions(&self, py: Python<'_>, indices: &[usize]) -> PyResult<Py<PyList>> {
+        let blocks = &self.blocks;
         let _paused = GcPause::new(py);
         let items = indices.iter().map(|&i| {
             let id = PyString::new(py, &blocks[i].id).unbind();
@@ -145,7 +162,7 @@ impl PyPlan {
     /// counts the plan was made with (see `PyCounts`).
     #[allow(clippy::type_complexity)]
     fn reasoning(&self, counts: &PyCounts) -> Vec<(usize, String, u64, bool, &'static str)> {
-        let blocks = &self.conversation.get().blocks;
+        let blocks = &self.blocks;
         counts
             .reasoning_blocks
             .iter()
@@ -176,7 +193,7 @@ impl PyPlan {
     /// (`contextshift.v1.BlockDecision`). A reply merges them in instead of a Python message per
     /// block.
     fn encode_decisions<'py>(&self, py: Python<'py>, kept_field: u32, excluded_field: u32) -> Bound<'py, PyBytes> {
-        let blocks = &self.conversation.get().blocks;
+        let blocks = &self.blocks;
         let mut out = Vec::with_capacity(blocks.len() * 32);
         let mut message = Vec::with_capacity(64);
         for (field, indices) in [(kept_field, &*self.kept), (excluded_field, &*self.excluded)] {
@@ -197,7 +214,7 @@ impl PyPlan {
     /// with no Python object per block.
     fn encode_ordered_decisions<'py>(&self, py: Python<'py>, field: u32) -> PyResult<Bound<'py, PyBytes>> {
         guarded(|| {
-            let blocks = &self.conversation.get().blocks;
+            let blocks = &self.blocks;
             let mut kept = vec![false; blocks.len()];
             for &i in self.kept.iter() {
                 kept[i] = true;
