@@ -31,16 +31,44 @@ def _section(text: str, heading: str) -> str:
     return text[start : end if end != -1 else len(text)]
 
 
+README = ROOT / "README.md"
+README_MAX_LINES = 450
+
+
+def _relative_links(page: Path) -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+
+
 def test_every_relative_link_in_the_docs_resolves() -> None:
-    """The README and docs/ link only to files in the repository (DESIGN was once linked outside)."""
-    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        text = page.read_text(encoding="utf-8")
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+    """The README, CONTRIBUTING and docs/ link only to files in the repository (DESIGN was once
+    linked outside)."""
+    for page in [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in _relative_links(page):
             if target.startswith(("http://", "https://", "#", "mailto:")):
                 continue
             path = (page.parent / target.split("#", 1)[0]).resolve()
             assert path.exists(), f"{page.name}: {target}"
             assert ROOT in path.parents, f"{page.name}: {target} is outside the repository"
+
+
+def test_the_readme_is_a_manual_of_at_most_450_lines() -> None:
+    """The README is the manual; detail goes to a docs/ page it links, history to docs/benchmarks.md."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines, over {README_MAX_LINES}"
+
+
+def test_the_readme_links_every_docs_page_and_contributing() -> None:
+    """Each page under docs/ and CONTRIBUTING.md is reachable from the README, by a link that resolves
+    (what a page moved out of the README must stay)."""
+    linked = {
+        (ROOT / target.split("#", 1)[0]).resolve()
+        for target in _relative_links(README)
+        if not target.startswith(("http://", "https://", "#", "mailto:"))
+    }
+    pages = [ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+    missing = [str(page.relative_to(ROOT)) for page in pages if page.resolve() not in linked]
+    assert not missing, f"not linked from README.md: {missing}"
+    assert all(page.exists() for page in linked), sorted(str(p) for p in linked if not p.exists())
 
 
 def test_the_design_lists_exactly_the_reason_codes_the_code_gives() -> None:
