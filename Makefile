@@ -1,11 +1,12 @@
 # The targets are the documentation of how to work on contextshift.
 #   make build-dev   build the Rust extension into service/ (editable install in .venv)
 #   make lint        ruff, mypy (+ stubtest of the _core stub), cargo fmt --check, cargo clippy
-#   make test        lint, cargo test, pytest: what CI runs
+#   make test        lint, cargo test, pytest: what CI runs (checks the machine's tools first)
+#   make test-fast   cargo test and the unit tier: no PostgreSQL, Chromium, Go or server processes
 #   make benchmark   the benchmark suite (QUICK=1 for a smoke run)
 #   make fuzz        every cargo-fuzz target for FUZZ_SECONDS each (60 by default, as CI runs it)
 #   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
-#   make docs        regenerate docs/api.md and the README's settings table (a test checks them)
+#   make docs        regenerate docs/api.md and docs/configuration.md's settings table (a test checks them)
 #   make go-tools    buf, the Go protoc plugins and ghz (pinned, from the Go module proxy) into .venv/bin
 
 VENV ?= .venv
@@ -20,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GHZ_VERSION := v0.120.0
 GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GHZ_VERSION)
 
-.PHONY: install-dev build-dev lint test test-rust test-python benchmark fuzz clean proto proto-check docs go-tools
+.PHONY: install-dev build-dev lint test test-fast test-rust test-python prerequisites benchmark fuzz clean proto proto-check docs go-tools
 
 $(STAMP): pyproject.toml examples/plugin-sample/pyproject.toml
 	python3 -m venv $(VENV)
@@ -78,7 +79,17 @@ test-rust:
 test-python: build-dev $(GO_TOOLS)
 	$(VENV)/bin/pytest -q
 
-test: lint test-rust test-python
+# The tools make test needs beyond .venv, checked before anything is built (tests/prerequisites.py).
+prerequisites:
+	@python3 tests/prerequisites.py
+
+test: prerequisites
+	$(MAKE) lint test-rust test-python
+
+# The unit tier (tests/conftest.py marks the rest): the core, the library and the service in
+# process, with SQLite.
+test-fast: build-dev test-rust
+	$(VENV)/bin/pytest -q -m "not integration and not postgres"
 
 benchmark: build-dev $(GO_TOOLS)
 	$(PY) benchmarks/run.py $(if $(QUICK),--quick)

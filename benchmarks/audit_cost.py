@@ -37,11 +37,11 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb  # noq
 from contextshift.api import metrics  # noqa: E402
 from contextshift.api.config import ServerConfig  # noqa: E402
 from contextshift.api.config import load as load_config  # noqa: E402
-from contextshift.api.service.calls import begin_call_stats  # noqa: E402
+from contextshift.api.service.gate import begin_call_stats  # noqa: E402
 from contextshift.api.service.servicer import ContextShiftService  # noqa: E402
 from contextshift.audit import open_store  # noqa: E402
 from contextshift.audit.store import ShiftRecord, Store  # noqa: E402
-from contextshift.audit.writer import GroupWriter, Outcome  # noqa: E402
+from contextshift.audit.writer import GroupWriter, WriteOutcome  # noqa: E402
 from contextshift.budget import Budget  # noqa: E402
 
 KIB = 48
@@ -57,7 +57,7 @@ class _WriteAnswered:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def record_shifts(self, records: list[ShiftRecord]) -> list[Outcome]:
+    def record_shifts(self, records: list[ShiftRecord]) -> list[WriteOutcome]:
         return [None] * len(records)
 
     def __getattr__(self, name: str) -> Any:

@@ -1,5 +1,9 @@
-"""Shared pytest setup: import paths for the test helpers, hypothesis profiles, and the fake LLM
-endpoint.
+"""Shared pytest setup: import paths for the test helpers, hypothesis profiles, the tiers' markers,
+and the fake LLM endpoint.
+
+Tiers: every test in tests/integration is marked `integration` (servers in their own processes,
+Go, Chromium, HAProxy), and every test that needs PostgreSQL `postgres` (it uses the `postgres`
+fixture, or is parametrized over the backends). `make test-fast` runs the rest.
 
 Profiles (choose with HYPOTHESIS_PROFILE=<name>):
 - ``default``: deterministic (derandomized), no deadline; what CI runs.
@@ -34,6 +38,17 @@ settings.register_profile("default", _COMMON, derandomize=True, database=None)
 settings.register_profile("thorough", _COMMON, derandomize=True, database=None)
 settings.register_profile("random", _COMMON, derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    integration = Path(__file__).resolve().parent / "integration"
+    for item in items:
+        if integration in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+        callspec = getattr(item, "callspec", None)
+        uses = getattr(item, "fixturenames", ())
+        if "postgres" in uses or (callspec is not None and "postgresql" in callspec.id.split("-")):
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from google.rpc import code_pb2
 
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ConfigError
-from contextshift.api.service.errors import RequestError
+from contextshift.api.service.rpc_status import RequestError
 
 KEY_A = "a-key-of-tenant-a-0123456789"
 KEY_A2 = "a-second-key-of-tenant-a-4567"

@@ -23,7 +23,7 @@ from contextshift.audit.store import (
     StoreError,
     StoreUnavailable,
 )
-from contextshift.audit.writer import GroupWriter, Outcome
+from contextshift.audit.writer import GroupWriter, WriteOutcome
 
 
 class HeldStore(SqliteStore):
@@ -66,13 +66,13 @@ class Calls:
 
     def __init__(self, path: Path) -> None:
         self.reader = SqliteStore(path)
-        self.told: dict[str, Outcome] = {}
+        self.told: dict[str, WriteOutcome] = {}
         self.readable: dict[str, bool] = {}
         self.all_told = threading.Event()
         self.expected = 0
 
-    def done(self, chat_id: str) -> Callable[[Outcome], None]:
-        def told(outcome: Outcome) -> None:
+    def done(self, chat_id: str) -> Callable[[WriteOutcome], None]:
+        def told(outcome: WriteOutcome) -> None:
             self.readable[chat_id] = self.reader.audit("", chat_id) is not None
             self.told[chat_id] = outcome
             if len(self.told) == self.expected:
@@ -172,7 +172,7 @@ def test_a_forked_process_starts_its_own_writer_thread(store: HeldStore, tmp_pat
     assert calls.all_told.wait(10) and calls.told["parent"] is None
 
     def child() -> None:
-        told: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        told: queue.SimpleQueue[WriteOutcome] = queue.SimpleQueue()
         writer.write(lambda: record("child"), told.put)
         sys.exit(0 if told.get(timeout=10) is None else 1)
 

@@ -4,7 +4,7 @@ a real server; the third is a window too narrow to hit on purpose)."""
 
 from __future__ import annotations
 
-from contextshift.api.service.audits import AuditWrite
+from contextshift.api.service.audit_payload import AuditWrite
 
 
 def test_not_cancelled_the_thread_writes_and_nobody_marks() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.service.calls import begin_call_stats
+from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.budget import Budget

@@ -16,7 +16,7 @@ from contextshift import _core
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.api import config, server
-from contextshift.api.service import shifts
+from contextshift.api.service import shift_rpc
 
 
 def panicking_shift(*args: Any, **kwargs: Any) -> Any:
@@ -26,7 +26,7 @@ def panicking_shift(*args: Any, **kwargs: Any) -> Any:
 def test_engine_panic_is_internal_with_a_log_line(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(shifts, "shift_context", panicking_shift)
+    monkeypatch.setattr(shift_rpc, "shift_context", panicking_shift)
     settings = config.load(
         {"drain_seconds": 0, "http_port": 0, "store": f"sqlite:///{tmp_path}/store.db"}, env={}
     )

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
     "script",
     [
         "proto/generate_python.py",  # the protobuf code under service/contextshift/_proto
-        "docs/generate.py",  # docs/api.md and the README's settings table
+        "docs/generate.py",  # docs/api.md and docs/configuration.md's settings table
     ],
 )
 def test_generated_files_are_current(script: str) -> None:

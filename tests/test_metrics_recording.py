@@ -20,7 +20,7 @@ import contextshift
 from contextshift import plugins as plugin_host
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import metrics
-from contextshift.api.service import shifts
+from contextshift.api.service import shift_rpc
 from contextshift.api.service.store_view import NoStore
 from contextshift.audit.store import ModelConfig, Role
 from contextshift.budget import Budget
@@ -155,7 +155,8 @@ def test_a_shifts_own_time_leaves_its_store_reads_out() -> None:
     request = pb.ShiftContextRequest(blocks_json=json.dumps(long_chat(6)), model="some-model")
     store = SlowConfigStore()
     start = time.perf_counter()
-    shifted = shifts.shift(request, request.blocks_json.encode(), Budget(), store)
+    call = shift_rpc.read_request(request.SerializeToString(), pb.ShiftContextRequest)
+    shifted = shift_rpc.shift(call, Budget(), store)
     elapsed = time.perf_counter() - start
     assert store.read_seconds == SlowConfigStore.READ_SECONDS
     assert 0 < shifted.seconds <= elapsed - store.read_seconds

@@ -33,9 +33,9 @@ from contextshift.audit.store import (
     Finished,
     Generation,
     GenerationIdInUse,
+    GenerationReport,
     ModelConfig,
     NotFound,
-    Report,
     Role,
     ShiftRecord,
     StaleGeneration,
@@ -43,12 +43,12 @@ from contextshift.audit.store import (
     Store,
     StoreConfigError,
     StoredAudit,
-    StoredBlock,
     StoreUnavailable,
     audit_key,
     now_ms,
 )
 from contextshift.calibration import ALPHA, Calibration
+from contextshift.history import HistoryBlock
 
 BACKENDS = ["sqlite", "postgresql"]
 
@@ -81,7 +81,7 @@ def generation(
 
 
 def finish(store: Store, generation_id: str, status: Status = Status.COMPLETED, **fields: Any) -> Any:
-    return store.finish("", Report(generation_id, status, **fields), ALPHA)
+    return store.finish("", GenerationReport(generation_id, status, **fields), ALPHA)
 
 
 def threads(n: int, target: Callable[[int], None]) -> None:
@@ -349,7 +349,7 @@ def test_tenants_never_see_each_other(store: Store) -> None:
     for tenant, payload in (("a", b"audit-a"), ("b", b"audit-b")):
         store.record_shift(tenant, generation("g1"), payload)  # the same chat and generation ids
         store.append_blocks(
-            tenant, "c1", "heuristic", lambda _, t=tenant: [StoredBlock(f'{{"id": "{t}"}}', 1)]
+            tenant, "c1", "heuristic", lambda _, t=tenant: [HistoryBlock(f'{{"id": "{t}"}}', 1)]
         )
         store.set_model_config(
             tenant, ModelConfig("m", Role.MAIN, context_size=1000 if tenant == "a" else 2000)
@@ -358,7 +358,7 @@ def test_tenants_never_see_each_other(store: Store) -> None:
     a, b = store.audit("a", "c1"), store.audit("b", "c1")
     assert a is not None and b is not None and (a.payload, b.payload) == (b"audit-a", b"audit-b")
 
-    finish_a = store.finish("a", Report("g1", Status.FAILED, reported_prompt_tokens=150), ALPHA)
+    finish_a = store.finish("a", GenerationReport("g1", Status.FAILED, reported_prompt_tokens=150), ALPHA)
     assert finish_a.calibration_recorded
     b = store.audit("b", "c1")
     assert b is not None and b.generation.status is Status.PENDING
@@ -371,9 +371,9 @@ def test_tenants_never_see_each_other(store: Store) -> None:
     assert store.delete_chat("a", "c1")
     assert store.audit("a", "c1") is None and store.history("a", "c1", "heuristic") == []
     assert store.audit("b", "c1") is not None
-    assert store.history("b", "c1", "heuristic") == [StoredBlock('{"id": "b"}', 1)]
+    assert store.history("b", "c1", "heuristic") == [HistoryBlock('{"id": "b"}', 1)]
     with pytest.raises(NotFound):
-        store.finish("a", Report("g1", Status.FAILED), ALPHA)
+        store.finish("a", GenerationReport("g1", Status.FAILED), ALPHA)
     assert store.delete_model_config("a", "m") and store.get_model_config("b", "m") is not None
 
 
@@ -383,7 +383,7 @@ def test_tenants_never_see_each_other(store: Store) -> None:
 def test_delete_chat_removes_audit_generations_history_and_counts(store: Store) -> None:
     store.record_shift("", generation("g1"), b"audit-1")
     store.record_shift("", generation("g2"), b"audit-2")
-    store.append_blocks("", "c1", "heuristic", lambda _: [StoredBlock("{}", 5), StoredBlock("[]", 6)])
+    store.append_blocks("", "c1", "heuristic", lambda _: [HistoryBlock("{}", 5), HistoryBlock("[]", 6)])
     store.record_shift("", generation("kept", chat_id="c2"), b"other chat")
     assert store.delete_chat("", "c1")
     assert store.audit("", "c1") is None and store.history("", "c1", "heuristic") == []
@@ -395,33 +395,33 @@ def test_delete_chat_removes_audit_generations_history_and_counts(store: Store) 
 
 
 def test_history_keeps_order_and_counts_per_profile(store: Store) -> None:
-    seen: list[list[StoredBlock]] = []
+    seen: list[list[HistoryBlock]] = []
 
-    def append(*blocks: StoredBlock) -> Callable[[Any], list[StoredBlock]]:
-        def prepare(stored: Any) -> list[StoredBlock]:
+    def append(*blocks: HistoryBlock) -> Callable[[Any], list[HistoryBlock]]:
+        def prepare(stored: Any) -> list[HistoryBlock]:
             seen.append(list(stored))
             return list(blocks)
 
         return prepare
 
-    assert store.append_blocks("", "c1", "heuristic", append(StoredBlock('{"n": 0}', 10))) == 1
+    assert store.append_blocks("", "c1", "heuristic", append(HistoryBlock('{"n": 0}', 10))) == 1
     assert (
         store.append_blocks(
-            "", "c1", "heuristic", append(StoredBlock('{"n": 1}', 11), StoredBlock('{"n": 2}'))
+            "", "c1", "heuristic", append(HistoryBlock('{"n": 1}', 11), HistoryBlock('{"n": 2}'))
         )
         == 3
     )
-    assert store.append_blocks("", "c1", "o200k_base", append(StoredBlock('{"n": 3}', 13))) == 4
-    assert seen[1] == [StoredBlock('{"n": 0}', 10)]  # the stored history, with counts for the profile
+    assert store.append_blocks("", "c1", "o200k_base", append(HistoryBlock('{"n": 3}', 13))) == 4
+    assert seen[1] == [HistoryBlock('{"n": 0}', 10)]  # the stored history, with counts for the profile
     assert store.history("", "c1", "heuristic") == [
-        StoredBlock('{"n": 0}', 10),
-        StoredBlock('{"n": 1}', 11),
-        StoredBlock('{"n": 2}'),
-        StoredBlock('{"n": 3}'),
+        HistoryBlock('{"n": 0}', 10),
+        HistoryBlock('{"n": 1}', 11),
+        HistoryBlock('{"n": 2}'),
+        HistoryBlock('{"n": 3}'),
     ]
     assert [b.tokens for b in store.history("", "c1", "o200k_base")] == [None, None, None, 13]
 
-    def refuse(stored: Any) -> list[StoredBlock]:
+    def refuse(stored: Any) -> list[HistoryBlock]:
         raise ValueError("bad block")
 
     with pytest.raises(ValueError, match="bad block"):
@@ -432,7 +432,7 @@ def test_history_keeps_order_and_counts_per_profile(store: Store) -> None:
 def test_concurrent_appends_to_one_new_chat_queue(store: Store) -> None:
     threads(
         8,
-        lambda i: store.append_blocks("", "fresh", "heuristic", lambda _: [StoredBlock(f'{{"n": {i}}}', i)]),
+        lambda i: store.append_blocks("", "fresh", "heuristic", lambda _: [HistoryBlock(f'{{"n": {i}}}', i)]),
     )
     blocks = store.history("", "fresh", "heuristic")
     assert sorted(b.tokens or 0 for b in blocks) == list(range(8))
@@ -590,7 +590,7 @@ def test_postgresql_a_newer_shift_never_commits_inside_a_finish_of_the_generatio
 def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tuple[Store, str]) -> None:
     store, url = pg
     store.append_blocks(
-        "", "c1", "heuristic", lambda _: [StoredBlock('{"n": 0}', 1), StoredBlock('{"n": 1}', 1)]
+        "", "c1", "heuristic", lambda _: [HistoryBlock('{"n": 0}', 1), HistoryBlock('{"n": 1}', 1)]
     )
     with psycopg.connect(url, autocommit=True) as watcher, psycopg.connect(url) as holder:
         # An uncommitted row at the position the append writes next: the append, having read the
@@ -599,7 +599,7 @@ def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tupl
             "INSERT INTO chat_blocks (tenant, chat_id, position, block_json) VALUES ('', 'c1', 2, '{}')"
         )
         appending = Background(
-            lambda: store.append_blocks("", "c1", "heuristic", lambda _: [StoredBlock('{"n": 2}', 1)])
+            lambda: store.append_blocks("", "c1", "heuristic", lambda _: [HistoryBlock('{"n": 2}', 1)])
         )
         until(lambda: lock_waiters(watcher) >= 1, "the append waits at position 2")
         deleting = Background(lambda: store.delete_chat("", "c1"))
@@ -611,6 +611,7 @@ def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tupl
     assert store.history("", "c1", "heuristic") == []
 
 
+@pytest.mark.postgres
 def test_postgresql_pooled_connections_outlive_a_restart_of_the_database() -> None:
     # A cluster of its own: restarting the session's would cut off the other tests' stores.
     with running_cluster() as cluster:

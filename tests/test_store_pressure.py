@@ -23,16 +23,16 @@ from contextshift.audit.sqlite import HEADROOM_PAGES, UNLIMITED_PAGES, SqliteSto
 from contextshift.audit.store import (
     FullCause,
     Generation,
-    Report,
+    GenerationReport,
     ShiftRecord,
     Status,
     Store,
-    StoredBlock,
     StoreFull,
     StoreUnavailable,
     now_ms,
 )
 from contextshift.calibration import ALPHA
+from contextshift.history import HistoryBlock
 
 AUDIT_BYTES = 20_000  # about one audit of a 48 KiB chat (17 KiB, LZ4)
 DAY_MS = 86_400_000
@@ -86,19 +86,19 @@ def test_a_full_store_refuses_new_data_whole_and_still_reads_reports_and_deletes
     limited: Callable[[int], Store],
 ) -> None:
     store = limited(10 * AUDIT_BYTES)
-    store.append_blocks("", "c0-history", "heuristic", lambda _: [StoredBlock('{"n": 0}', 1)])
+    store.append_blocks("", "c0-history", "heuristic", lambda _: [HistoryBlock('{"n": 0}', 1)])
     audited = fill(store)
     assert 5 <= audited <= 10
     with pytest.raises(StoreFull):
         store.append_blocks(
-            "", "c0-history", "heuristic", lambda _: [StoredBlock('"' + "x" * AUDIT_BYTES + '"', 1)]
+            "", "c0-history", "heuristic", lambda _: [HistoryBlock('"' + "x" * AUDIT_BYTES + '"', 1)]
         )
-    assert store.history("", "c0-history", "heuristic") == [StoredBlock('{"n": 0}', 1)]
+    assert store.history("", "c0-history", "heuristic") == [HistoryBlock('{"n": 0}', 1)]
     # What a full store still does: reads, reports, configurations, and deletions.
     stored = store.audit("", "c0")
     assert stored is not None and len(stored.payload) == AUDIT_BYTES
     assert store.finish(
-        "", Report("c0", Status.COMPLETED, reported_prompt_tokens=150), ALPHA
+        "", GenerationReport("c0", Status.COMPLETED, reported_prompt_tokens=150), ALPHA
     ).calibration_recorded
     assert store.delete_chat("", "c1")
     # The deletion made room for one more audit of the same size, and no more.
@@ -156,8 +156,8 @@ def test_usage_counts_the_data_and_the_chats(url: str) -> None:
         empty = store.usage()
         assert empty.chats == 0
         store.record_shift("", generation("g1", chat_id="a"), audit_bytes())
-        store.append_blocks("", "b", "heuristic", lambda _: [StoredBlock('"' + "y" * 998 + '"', 1)])
-        store.append_blocks("", "a", "heuristic", lambda _: [StoredBlock("{}", 1)])
+        store.append_blocks("", "b", "heuristic", lambda _: [HistoryBlock('"' + "y" * 998 + '"', 1)])
+        store.append_blocks("", "a", "heuristic", lambda _: [HistoryBlock("{}", 1)])
         store.record_shift("", generation("g2", chat_id=""), None)  # no chat
         full = store.usage()
         assert full.chats == 2  # a (audit and history) and b (history)
@@ -190,8 +190,8 @@ def test_idle_chats_are_those_neither_shifted_nor_appended_to_since(url: str) ->
         store.record_shift("", shifted("old", old), b"audit")
         store.record_shift("", shifted("recent", now), b"audit")
         store.record_shift("", shifted("old-then-appended", old), b"audit")
-        store.append_blocks("", "old-then-appended", "heuristic", lambda _: [StoredBlock("{}", 1)])
-        store.append_blocks("", "history-only", "heuristic", lambda _: [StoredBlock("{}", 1)])
+        store.append_blocks("", "old-then-appended", "heuristic", lambda _: [HistoryBlock("{}", 1)])
+        store.append_blocks("", "history-only", "heuristic", lambda _: [HistoryBlock("{}", 1)])
         store.record_shift("other", shifted("old", old), b"audit")  # another tenant's
         cutoff = now - DAY_MS
         assert sorted(store.idle_chats(cutoff, 100)) == [("", "old"), ("other", "old")]
@@ -289,7 +289,10 @@ def test_sqlite_keeps_its_disk_reserve_for_deletions_and_reports(tmp_path: Path)
         store.record_shift("", generation("g2", chat_id="c2"), audit_bytes())
     assert caught.value.cause is FullCause.DISK_RESERVE and "store_reserve_bytes" in str(caught.value)
     store.record_shift("", generation("solo", chat_id=""), None)  # one small row still fits
-    assert store.finish("", Report("g1", Status.COMPLETED), ALPHA).generation.status is Status.COMPLETED
+    assert (
+        store.finish("", GenerationReport("g1", Status.COMPLETED), ALPHA).generation.status
+        is Status.COMPLETED
+    )
     assert store.delete_chat("", "c1")  # frees the audit's pages: room for the next, on no more disk
     store.record_shift("", generation("g2", chat_id="c2"), audit_bytes())
     assert store.usage().disk_free_bytes == disk.free
@@ -308,7 +311,7 @@ def test_sqlite_folds_its_wal_back_when_the_disk_runs_short(tmp_path: Path) -> N
     store.record_shift("", generation("g20", chat_id="c20"), audit_bytes())
     assert wal.stat().st_size > 20 * AUDIT_BYTES  # plenty of disk: left alone
     disk.free = 2**20 + wal.stat().st_size // 2  # less above the reserve than the WAL takes
-    store.finish("", Report("g0", Status.COMPLETED), ALPHA)
+    store.finish("", GenerationReport("g0", Status.COMPLETED), ALPHA)
     assert wal.stat().st_size < 4 * 4096  # folded into the database first: only the report's pages
     assert store.audit("", "c19") is not None and store.problems() == []
     store.close()
@@ -317,6 +320,7 @@ def test_sqlite_folds_its_wal_back_when_the_disk_runs_short(tmp_path: Path) -> N
 # --- PostgreSQL: a lost database -----------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_postgresql_stopped_fails_calls_at_once_and_they_find_it_again_when_it_is_back() -> None:
     # A cluster of its own: stopping the session's would cut off the other tests' stores.
     with running_cluster() as cluster:

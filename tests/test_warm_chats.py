@@ -19,8 +19,8 @@ from prometheus_client import REGISTRY
 from test_grpc_inline import CountingExecutor
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.service import audits
-from contextshift.api.service.calls import begin_call_stats
+from contextshift.api.service import audit_payload
+from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
 from contextshift.api.service.store_view import PROMPT_BLOCKS_KEPT
 from contextshift.audit.sqlite import SqliteStore
@@ -114,7 +114,7 @@ def test_a_warm_chat_is_shifted_on_the_event_loop_without_reading_the_store(
         stored = store.audit("", "c")
         assert stored is not None and stored.generation.generation_id == "g1"
         kept = worker._caches.prompts.peek(("prompt", "", "c"))
-        assert kept == (audit_key(stored.generation), audits.previous_prompt(stored))
+        assert kept == (audit_key(stored.generation), audit_payload.previous_prompt(stored))
         assert kept[1].excluded  # the budget cut: a cut to carry
         for n, turns in enumerate((21, 22, 23)):
             await shifted(worker, "c", turns, f"g{n + 2}")

@@ -781,7 +781,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check the store, or back up and restore a SQLite one",
         "The store is the one the serve settings name (--store, CONTEXTSHIFT_STORE or the config "
         "file), or the one --store gives. A backup is consistent while a server writes; a restore "
-        "wants the server stopped. PostgreSQL is backed up with pg_dump (README, Operations).",
+        "wants the server stopped. PostgreSQL is backed up with pg_dump (docs/operations.md).",
     )
     store_commands = store.add_subparsers(dest="store_command", required=True, help="what to do")
     for name, what in (

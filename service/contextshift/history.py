@@ -16,12 +16,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from contextshift import engine
-from contextshift.audit.store import StoredBlock
 from contextshift.errors import FieldViolation, InvalidInput
 
 # Blocks are stored whole: a shift's char cap cuts them (and counts the cut ones afresh).
 NO_CHAR_CAP = sys.maxsize
 _BLOCK_INDEX = re.compile(r"^blocks\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class HistoryBlock:
+    """A block of a chat's stored history: its JSON text, and its tokens under the profile asked
+    for (None: not counted under it yet)."""
+
+    json: str
+    tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ def _without_repeat(last: str, items: str) -> tuple[str, bool]:
     return rest.removeprefix(",").lstrip(), True
 
 
-def join(history: Sequence[StoredBlock], new: Sequence[str] | bytes) -> Joined:
+def join(history: Sequence[HistoryBlock], new: Sequence[str] | bytes) -> Joined:
     """The history, then the new blocks (their texts, or a request's JSON array spliced as it
     came); a first new block that repeats the history's last user block (the same JSON value) is
     dropped, with a warning. The known tokens are the history's; the engine counts the rest."""
@@ -109,11 +117,11 @@ def renamed(
 
 
 def appended(
-    history: Sequence[StoredBlock],
+    history: Sequence[HistoryBlock],
     new: Sequence[str],
     profile: str,
     rename: Callable[[str], str] | None = None,
-) -> list[StoredBlock]:
+) -> list[HistoryBlock]:
     """The new blocks as AppendBlocks stores them, checked with the history (ids unique over the
     whole chat; errors `rename`d as in `renamed`) and counted under `profile`, reusing the
     history's known counts."""
@@ -123,4 +131,4 @@ def appended(
     except InvalidInput as e:
         raise renamed(e, len(history), rename or (lambda field: field)) from e
     counts = conversation.count(profile, [b.tokens for b in history])
-    return [StoredBlock(t, tokens) for t, tokens in zip(new, counts.tokens[len(history) :], strict=True)]
+    return [HistoryBlock(t, tokens) for t, tokens in zip(new, counts.tokens[len(history) :], strict=True)]

@@ -186,7 +186,7 @@ def _shift_options(
 
 
 @dataclass(frozen=True)
-class _Room:
+class _BudgetFigures:
     """Stage 1's figures: the budget in the caller's tokens, the model's calibration factor, the
     raw tokens that budget leaves (an approximate profile plans in raw tokens against what the
     calibration leaves, so the calibrated prompt fits the real budget), and the tool definitions'
@@ -217,7 +217,7 @@ def _room(
     resolution: Resolution,
     calibration_source: calibration.CalibrationSource,
     tools: Sequence[Mapping[str, Any]] | str | bytes | None,
-) -> _Room:
+) -> _BudgetFigures:
     """Stage 1: the budget (a window's figures left out resolved as on a server), the model's
     calibration, the tools' tokens."""
     window: int | Window = budget  # type: ignore[assignment]  # anything else: resolve_budget says so
@@ -227,7 +227,7 @@ def _room(
     resolved = resolve_budget(window)
     factor = calibration_source.factor(resolution.model) if resolution.approximate else 1.0
     tools_tokens = 0 if tools is None else engine.count_tools(tools, resolution.profile, "tools")
-    return _Room(resolved, factor, calibration.raw_budget(resolved.tokens, factor), tools_tokens)
+    return _BudgetFigures(resolved, factor, calibration.raw_budget(resolved.tokens, factor), tools_tokens)
 
 
 def _carry(ctx: StrategyContext, previous: PreviousPrompt | None) -> Carried | None:
@@ -241,7 +241,7 @@ def _carry(ctx: StrategyContext, previous: PreviousPrompt | None) -> Carried | N
 
 
 def _run_strategy(
-    info: StrategyInfo, ctx: StrategyContext, room: _Room, cleared: reasoning.Cleared | None
+    info: StrategyInfo, ctx: StrategyContext, room: _BudgetFigures, cleared: reasoning.Cleared | None
 ) -> Outcome:
     """Stages 4-5 by the strategy, after the old reasoning `cleared` (its rewrites of kept blocks
     join the strategy's); TokenBudgetExceeded in the caller's units."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from contextshift import cli
-from contextshift.api.service import shifts
+from contextshift.api.service import shift_rpc
 from contextshift.audit.sql import SqlStore
 
 GATE = Path(os.environ["CONTEXTSHIFT_TEST_GATE"])
@@ -36,6 +36,6 @@ def gated(call: Callable[..., Any]) -> Callable[..., Any]:
 if os.environ.get("CONTEXTSHIFT_TEST_GATE_AT") == "record_shift":
     SqlStore.record_shifts = gated(SqlStore.record_shifts)  # type: ignore[method-assign]
 else:
-    shifts.shift_context = gated(shifts.shift_context)  # the service calls the library from there
+    shift_rpc.shift_context = gated(shift_rpc.shift_context)  # the service calls the library from there
 # Every call goes to the engine threads, where a held call leaves the event loop free.
 sys.exit(cli.main(["serve", "--inline-request-bytes", "0", *sys.argv[1:]]))

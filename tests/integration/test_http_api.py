@@ -27,7 +27,7 @@ from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.api.http.app import HttpApi
 from contextshift.api.http.routes import OPERATIONS
-from contextshift.api.service import calls
+from contextshift.api.service import gate as call_gate
 from contextshift.api.service.servicer import ContextShiftService
 from contextshift.audit import open_store
 from contextshift.budget import Budget
@@ -412,7 +412,7 @@ def test_openapi_document_is_valid_and_lists_every_route(http: httpx.Client, tmp
     with ThreadPoolExecutor(1) as executor:  # the routes as a server builds them
         store = open_store(f"sqlite:///{tmp_path}/routes.db")
         service = ContextShiftService(executor, Budget(), store)
-        app = HttpApi(service, calls.Gate(None, max_in_flight=1), max_request_bytes=1024).app()
+        app = HttpApi(service, call_gate.Gate(None, max_in_flight=1), max_request_bytes=1024).app()
     routes = {
         (route.path, method)
         for route in app.routes

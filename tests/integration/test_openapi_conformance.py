@@ -1,6 +1,6 @@
 """The HTTP surface against its own OpenAPI document, by schemathesis (from PyPI; nobody here wrote
 it): every operation, every default check, positive and negative data, a fixed seed, bounded to a
-couple of minutes. tests/schemathesis/ holds its configuration and hooks (README, "The service")."""
+couple of minutes. tests/schemathesis/ holds its configuration and hooks (CONTRIBUTING.md)."""
 
 from __future__ import annotations
 

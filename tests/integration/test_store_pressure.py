@@ -23,7 +23,7 @@ from postgres_cluster import Cluster, running_cluster
 from test_store import BACKENDS, store_url
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.service import audits
+from contextshift.api.service import audit_payload
 from contextshift.audit import open_store
 from contextshift.audit.store import CLAIM_SLACK_BYTES
 
@@ -280,7 +280,7 @@ def test_postgresql_stopped_under_load_fails_audited_calls_fast_serves_previews_
             for chat_id, tags in sent.items():
                 stored = store.audit("", chat_id)
                 assert stored is not None
-                check_audit(audits.decode(stored), chat_id, tags)
+                check_audit(audit_payload.decode(stored), chat_id, tags)
         finally:
             store.close()
         logged = [
@@ -335,7 +335,7 @@ def test_a_backup_taken_under_load_restores_and_every_audit_reads_whole(tmp_path
     assert refused.returncode == 1 and "--overwrite" in refused.stderr
 
 
-def test_the_readmes_postgresql_backup_commands_restore_every_audit(
+def test_the_documented_postgresql_backup_commands_restore_every_audit(
     tmp_path: Path, postgres: Cluster
 ) -> None:
     url = postgres.new_database()

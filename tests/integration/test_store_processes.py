@@ -22,7 +22,7 @@ import pytest
 from test_store import BACKENDS, store_url, threads
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
-from contextshift.api.service import audits
+from contextshift.api.service import audit_payload
 from contextshift.audit import open_store
 
 from .conftest import ServerProcess, serving, start_server
@@ -496,7 +496,7 @@ def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str
             for chat in chats:
                 stored = store.audit("", chat.chat_id)
                 assert stored is not None, f"round {round_}: {chat.chat_id} lost its audit"
-                audit = audits.decode(stored)
+                audit = audit_payload.decode(stored)
                 check_audit(audit, chat.chat_id, chat.sent)
                 # The last answered shift's audit, or the one in flight when the server died.
                 assert audit.generation_id in {chat.answered, chat.in_flight}, (round_, chat.chat_id)

@@ -1,5 +1,5 @@
 //! Which reasoning a provider keeps in the prompt it bills, and which it lets a caller leave out
-//! (docs/semantics.md §2.1). A profile names its provider's rule; the README lists the sources.
+//! (docs/semantics.md §2.1). A profile names its provider's rule; docs/profiles.md lists the sources.
 
 use crate::block::{Block, ReasoningSource, Role};
 use std::sync::Arc;

@@ -25,7 +25,7 @@ from pathlib import Path
 from google.rpc import code_pb2
 
 from contextshift.api.config import ConfigError
-from contextshift.api.service.errors import RequestError
+from contextshift.api.service.rpc_status import RequestError
 
 NO_TENANT = ""  # every caller's tenant when the server has no keys
 MIN_KEY_LENGTH = 16

@@ -1,6 +1,6 @@
 """Server settings: command-line flags, then environment variables, then an optional TOML file,
 then defaults (first match wins). One table defines each setting once; the CLI builds its flags
-from it and the README documents it."""
+from it and docs/configuration.md documents it."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class Setting:
 
     @property
     def default_text(self) -> str:
-        """The default as `serve --help` and the README show it."""
+        """The default as `serve --help` and docs/configuration.md show it."""
         if self.computed_default:
             return self.computed_default
         if self.default is None:

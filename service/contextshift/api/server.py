@@ -52,10 +52,10 @@ from contextshift.api.http import serving
 from contextshift.api.http.app import HttpApi
 from contextshift.api.logs import setup_logging
 from contextshift.api.service import model_configs
-from contextshift.api.service.calls import Gate
+from contextshift.api.service.gate import Gate
 from contextshift.api.service.servicer import ContextShiftService
-from contextshift.audit import open_store, redacted
-from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms
+from contextshift.audit import open_store
+from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms, redacted
 from contextshift.audit.writer import GroupWriter
 from contextshift.budget import Budget
 from contextshift.options import Secret
@@ -337,7 +337,7 @@ async def serve(config: ServerConfig, port: int, http_port: int, security: Secur
     """Serve until SIGTERM/SIGINT, then drain and stop."""
     running = await start(config, port, http_port, security)
     # What start-up made lives as long as the process: out of the collector's full collections,
-    # which otherwise walk it all (about 50 ms, once every few thousand shifts).
+    # which otherwise walk it all, a pause that grows with the process's start-up objects.
     gc.freeze()
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import parse_qsl
 
-from contextshift.audit.store import Store, StoreConfigError
+from contextshift.audit.store import Store, StoreConfigError, redacted
 
 SQLITE_PREFIX = "sqlite:///"
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
@@ -34,11 +34,6 @@ def default_url(env: Mapping[str, str] | None = None) -> str:
     if not os.path.isabs(data):  # the XDG spec: a relative path is to be ignored
         data = os.path.join(env.get("HOME") or str(Path.home()), ".local", "share")
     return f"{SQLITE_PREFIX}{os.path.join(data, 'contextshift', 'contextshift.db')}"
-
-
-def redacted(url: str) -> str:
-    """The URL with its password, if any, masked (for logs and errors)."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
 def open_store(

@@ -10,7 +10,7 @@ up and restore a SQLite one.
   transaction (readers see the old store or the new one, never a mix; the WAL and its index are
   the database's own business, not files to copy or remove by hand).
 
-PostgreSQL has its own tools for backups (pg_dump, base backups): see the README.
+PostgreSQL has its own tools for backups (pg_dump, base backups): see docs/operations.md.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def _sqlite_path(store: Store, what: str) -> Path:
     if not isinstance(store, SqliteStore):
         raise MaintenanceError(
             f"contextshift store {what} copies SQLite stores; {store.description} is PostgreSQL: use its own "
-            "tools (pg_dump and pg_restore, or base backups), as the README's Backups section shows"
+            "tools (pg_dump and pg_restore, or base backups), as docs/operations.md shows"
         )
     return store.path
 

@@ -44,9 +44,15 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from contextshift.audit import redacted
 from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
-from contextshift.audit.store import CLAIM_SLACK_BYTES, FullCause, ShiftRecord, StoreFull, StoreUnavailable
+from contextshift.audit.store import (
+    CLAIM_SLACK_BYTES,
+    FullCause,
+    ShiftRecord,
+    StoreFull,
+    StoreUnavailable,
+    redacted,
+)
 
 T = TypeVar("T")
 

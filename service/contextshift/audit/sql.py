@@ -25,17 +25,16 @@ from contextshift.audit.store import (
     Finished,
     Generation,
     GenerationIdInUse,
+    GenerationReport,
     ModelConfig,
     NotFound,
     PrepareBlocks,
-    Report,
     Role,
     ShiftRecord,
     StaleGeneration,
     Status,
     StoreConfigError,
     StoredAudit,
-    StoredBlock,
     StoreError,
     StoreFull,
     StoreUnavailable,
@@ -44,6 +43,7 @@ from contextshift.audit.store import (
     now_ms,
 )
 from contextshift.calibration import Calibration
+from contextshift.history import HistoryBlock
 
 T = TypeVar("T")
 Row = tuple[Any, ...]
@@ -307,9 +307,9 @@ class SqlStore(ABC):
     def calibration(self, tenant: str, model: str) -> Calibration | None:
         return _calibration(model, self._query(_CALIBRATION, (tenant, model)))
 
-    def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
+    def history(self, tenant: str, chat_id: str, profile: str) -> list[HistoryBlock]:
         rows = self._query(_HISTORY, (profile, tenant, chat_id))
-        return [StoredBlock(text, tokens) for text, tokens in rows]
+        return [HistoryBlock(text, tokens) for text, tokens in rows]
 
     def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
         (outcome,) = self.record_shifts([ShiftRecord(tenant, generation, audit)])
@@ -395,7 +395,7 @@ class SqlStore(ABC):
             stored.append(written)
         return stored
 
-    def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
+    def finish(self, tenant: str, report: GenerationReport, alpha: float) -> Finished:
         def work(tx: Tx) -> Finished:
             chat_id = report.chat_id
             if not chat_id:  # a generation's chat never changes: read it to know which chat to lock
@@ -501,7 +501,7 @@ class SqlStore(ABC):
         def work(tx: Tx) -> int:
             tx.lock(chat_key(tenant, chat_id))
             stored = [
-                StoredBlock(text, tokens) for text, tokens in tx.rows(_HISTORY, (profile, tenant, chat_id))
+                HistoryBlock(text, tokens) for text, tokens in tx.rows(_HISTORY, (profile, tenant, chat_id))
             ]
             new = prepare(stored)
             tx.claim(sum(len(block.json.encode()) for block in new))

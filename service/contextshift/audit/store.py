@@ -17,6 +17,7 @@ still be finished with and made room in.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from enum import Enum, StrEnum
 from typing import Protocol
 
 from contextshift.calibration import Calibration
+from contextshift.history import HistoryBlock
 
 
 class Status(StrEnum):
@@ -48,6 +50,11 @@ class Role(StrEnum):
 # data (SQLite keeps the first part of a long row in a table page that a deletion does not free),
 # and a store at its limit passes it by less than this.
 CLAIM_SLACK_BYTES = 4096
+
+
+def redacted(url: str) -> str:
+    """A store URL with its password, if any, masked (for logs and errors)."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
 
 
 def now_ms() -> int:
@@ -110,7 +117,7 @@ def audit_key(generation: Generation) -> AuditKey:
 
 
 @dataclass(frozen=True)
-class Report:
+class GenerationReport:
     """What FinishGeneration reports."""
 
     generation_id: str
@@ -127,15 +134,6 @@ class Finished:
     generation: Generation
     calibration_recorded: bool
     calibration: Calibration | None
-
-
-@dataclass(frozen=True)
-class StoredBlock:
-    """One block of a chat's stored history: its own JSON text, and its tokens under the profile
-    asked for when known."""
-
-    json: str
-    tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -248,7 +246,7 @@ class GenerationIdInUse(StoreError):
 
 # AppendBlocks' check and conversion of new blocks, run inside the append's transaction with the
 # chat's stored history: it returns each new block's JSON text and tokens, or raises.
-PrepareBlocks = Callable[[Sequence[StoredBlock]], Sequence[StoredBlock]]
+PrepareBlocks = Callable[[Sequence[HistoryBlock]], Sequence[HistoryBlock]]
 
 
 class Store(Protocol):
@@ -283,7 +281,7 @@ class Store(Protocol):
     # Shifts.
     def calibration(self, tenant: str, model: str) -> Calibration | None: ...
 
-    def history(self, tenant: str, chat_id: str, profile: str) -> list[StoredBlock]:
+    def history(self, tenant: str, chat_id: str, profile: str) -> list[HistoryBlock]:
         """The chat's stored blocks in order, with their tokens under `profile` where stored."""
         ...
 
@@ -302,7 +300,7 @@ class Store(Protocol):
         store cannot serve (nothing stored)."""
         ...
 
-    def finish(self, tenant: str, report: Report, alpha: float) -> Finished:
+    def finish(self, tenant: str, report: GenerationReport, alpha: float) -> Finished:
         """Moves a generation to a terminal status and feeds its report into the model's
         calibration (exponential moving average with weight `alpha`), in one transaction. Raises
         NotFound, StaleGeneration or AlreadyFinished, and then changes nothing."""

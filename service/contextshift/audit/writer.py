@@ -28,11 +28,11 @@ log = logging.getLogger("contextshift.store")
 # Records one transaction takes at most (the calls a process has in flight are bounded anyway).
 MAX_GROUP = 256
 # None: the record is stored; else why not (a StoreError, or what making the record raised).
-Outcome = Exception | None
+WriteOutcome = Exception | None
 
 
 # What a call hands the writer: how to make its record, and whom to tell.
-_Queued = tuple[Callable[[], ShiftRecord | None], Callable[[Outcome], None]]
+_Queued = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
 _STOP = None
 # A writer thread, and the id of the process that started it.
 _Started = tuple[int, threading.Thread]
@@ -49,7 +49,7 @@ class GroupWriter:
         # Replaced whole, so one read of it without the lock (on each write) is consistent.
         self._thread: _Started | None = None
 
-    def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[Outcome], None]) -> None:
+    def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
         """Stores the record `make()` gives, on the writer thread, in the next group; then calls
         `done` there with None (stored) or why not (a StoreError, or what `make` raised). When
         `make` returns None (its call gave up before the write) nothing is stored, and `done` is
@@ -97,7 +97,7 @@ class GroupWriter:
                 made.append((record, item))
         if not made:
             return
-        outcomes: list[Outcome]
+        outcomes: list[WriteOutcome]
         try:
             outcomes = list(self._store.record_shifts([record for record, _ in made]))
         except Exception as e:  # the store cannot serve: every call of the group is told why
@@ -112,7 +112,7 @@ def _started_here(started: _Started | None) -> TypeGuard[_Started]:
     return started is not None and started[0] == os.getpid()
 
 
-def _settle(item: _Queued, outcome: Outcome) -> None:
+def _settle(item: _Queued, outcome: WriteOutcome) -> None:
     try:
         item[1](outcome)
     except Exception:  # the writer thread must outlive any caller's callback

@@ -63,7 +63,7 @@ def scores(ctx: StrategyContext, candidates: Sequence[int]) -> dict[int, tuple[f
     query_vector = None
     if query:
         # Imported only for embeddings: numpy starts OpenBLAS's threads, which then take CPU from
-        # every shift of the process (measured: 3% of a 10k-block shift's instructions).
+        # every shift of the process.
         import numpy as np
 
         query_vector = np.asarray(query, dtype=np.float64)

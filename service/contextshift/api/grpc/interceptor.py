@@ -2,11 +2,13 @@
 errors as statuses with details, one log line and the metrics per call. What is gRPC's own: the
 request is decoded here, so bytes that are not the method's request message are INVALID_ARGUMENT
 (logged and counted like any other error, where a failing deserializer would answer UNKNOWN with
-no log line), and a call cancelled near its deadline counts as DEADLINE_EXCEEDED."""
+no log line), a call cancelled near its deadline counts as DEADLINE_EXCEEDED, and the call's
+deadline bounds its store calls when sooner than the store's own bound (`audit.bounds`)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -16,8 +18,9 @@ from google.rpc import status_pb2
 from grpc import aio
 from grpc_status import rpc_status
 
-from contextshift.api.service.calls import CallFailed, Gate
-from contextshift.api.service.errors import code_name, undecodable
+from contextshift.api.service.gate import CallFailed, Gate
+from contextshift.api.service.rpc_status import code_name, undecodable
+from contextshift.audit import bounds
 
 # Services any caller may use without a key: load balancers and tools probe these.
 PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
@@ -105,7 +108,10 @@ class GateInterceptor(aio.ServerInterceptor):
         async def call(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
             async def work() -> Any:
                 decoded = request if deserializer is None else _decoded(method, request, deserializer)
-                return await behavior(decoded, context)
+                remaining = context.time_remaining()
+                # The call's store calls end by its deadline, when sooner than the store's bound.
+                with bounds.caller_deadline(None if remaining is None else time.monotonic() + remaining):
+                    return await behavior(decoded, context)
 
             try:
                 return await self._gate.serve(

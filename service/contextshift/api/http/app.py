@@ -27,8 +27,8 @@ from contextshift.api.http import openapi
 from contextshift.api.http.messages import error_json, http_status, message_json, read_message
 from contextshift.api.http.openapi import RequestValidator
 from contextshift.api.http.routes import OPERATIONS, Operation
-from contextshift.api.service.calls import CallFailed, Gate
-from contextshift.api.service.errors import RequestError
+from contextshift.api.service.gate import CallFailed, Gate
+from contextshift.api.service.rpc_status import RequestError
 from contextshift.api.service.servicer import ENCODED_METHODS, ContextShiftService
 
 SERVICE = pb.DESCRIPTOR.services_by_name["ContextShiftService"]

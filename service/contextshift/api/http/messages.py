@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from contextshift.api.http.openapi import JSON_TEXT_FIELDS, RequestValidator
-from contextshift.api.service.errors import bad_fields, code_name, error_info, invalid
+from contextshift.api.service.rpc_status import bad_fields, code_name, error_info, invalid
 from contextshift.errors import ErrorReason
 
 # google.rpc.Code over HTTP (google/rpc/code.proto), but for FAILED_PRECONDITION:

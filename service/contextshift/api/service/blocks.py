@@ -11,7 +11,7 @@ from google.protobuf import json_format
 
 from contextshift._proto.contextshift.v1 import block_pb2
 from contextshift.api import rules
-from contextshift.api.service.errors import invalid
+from contextshift.api.service.rpc_status import invalid
 from contextshift.errors import FieldViolation, InvalidInput
 
 _ROLES = {

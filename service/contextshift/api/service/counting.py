@@ -11,9 +11,10 @@ from contextshift import profile_bench
 from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.api import rules
 from contextshift.api.service.blocks import block_dict, renamed, typed_field
-from contextshift.api.service.errors import RequestError, invalid
 from contextshift.api.service.requests import resolve_model
+from contextshift.api.service.rpc_status import RequestError, invalid
 from contextshift.api.service.store_view import NO_STORE, StoreView
+from contextshift.audit.store import Role
 from contextshift.errors import InvalidInput
 from contextshift.profiles import count_tokens
 
@@ -21,9 +22,7 @@ from contextshift.profiles import count_tokens
 def count(
     request: context_service_pb2.CountTokensRequest, store: StoreView = NO_STORE
 ) -> context_service_pb2.CountTokensResponse:
-    resolution = resolve_model(
-        request.profile, request.model, context_service_pb2.MODEL_ROLE_UNSPECIFIED, store
-    ).resolution
+    resolution = resolve_model(request.profile, request.model, Role.NONE, store).resolution
     items: list[str | dict[str, Any]] = []
     for i, item in enumerate(request.items):
         which = item.WhichOneof("item")

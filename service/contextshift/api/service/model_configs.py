@@ -22,8 +22,8 @@ from typing import Any
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import rules
-from contextshift.api.service.errors import invalid
 from contextshift.api.service.ids import timestamp
+from contextshift.api.service.rpc_status import invalid
 from contextshift.audit.store import ModelConfig, Role, Store
 from contextshift.errors import FieldViolation, InvalidInput
 from contextshift.profiles import resolve

@@ -1,17 +1,21 @@
-"""A shift's result as the reply's ContextPlan, encoded in pieces: its small fields through
-protobuf, its messages and decisions by the core (`engine.encode_pieces`)."""
+"""A served shift (`Shifted`) and its result as the reply's ContextPlan, encoded in pieces: its small
+fields through protobuf, its messages and decisions by the core (`engine.encode_pieces`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from contextshift import engine, provider_messages
 from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.budget import Window
 from contextshift.diagnostics import CompactionUsage
 from contextshift.result import ShiftResult
+
+# One of the two: what a shift was asked with is what it hands back.
+R = TypeVar("R", context_service_pb2.ShiftContextRequest, context_service_pb2.PreviewContextRequest)
 
 
 def _provider_messages(
@@ -146,3 +150,16 @@ def _compaction_usage(usage: CompactionUsage | None) -> context_service_pb2.Comp
     return context_service_pb2.CompactionUsage(
         model=usage.model, prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens
     )
+
+
+@dataclass(frozen=True)
+class Shifted(Generic[R]):
+    """A served shift: the request as read (without `blocks_json`), the library's result, the
+    number of blocks it shifted (the stored history's too), the reply's ContextPlan, and the
+    shift's own time (without its reads of the store)."""
+
+    request: R
+    result: ShiftResult
+    blocks: int
+    plan: EncodedPlan
+    seconds: float

@@ -10,9 +10,7 @@ from google.protobuf import json_format, struct_pb2
 from google.rpc import code_pb2
 
 from contextshift._proto.contextshift.v1 import context_service_pb2
-from contextshift.api.rules import id_violations
-from contextshift.api.service.errors import RequestError, bad_fields, invalid
-from contextshift.api.service.model_configs import role_of
+from contextshift.api.service.rpc_status import RequestError
 from contextshift.api.service.store_view import StoreView
 from contextshift.audit.store import ModelConfig, Role
 from contextshift.budget import Budget, Window, resolve_window
@@ -80,16 +78,8 @@ class Model:
     resolution: Resolution
 
 
-def resolve_model(
-    profile: str, model: str, model_role: context_service_pb2.ModelRole.ValueType, store: StoreView
-) -> Model:
-    """`profile`, `model` and `model_role` of a request (empty: not given)."""
-    role = role_of(model_role, "model_role")
-    if model and role is not Role.NONE:
-        raise invalid("model_role", "set either model or model_role, not both")
-    violations = id_violations("model", model, required=False)
-    if violations:
-        raise bad_fields(violations)
+def resolve_model(profile: str, model: str, role: Role, store: StoreView) -> Model:
+    """`profile`, `model` and `role` of a request, as checked (empty: not given)."""
     config = store.model_config(model, role)
     if role is not Role.NONE and config is None:
         raise RequestError(

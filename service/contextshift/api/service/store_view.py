@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
 from contextshift import calibration
-from contextshift.api.service import audits, model_configs
+from contextshift.api.service import audit_payload, model_configs
 from contextshift.api.service.read_cache import CacheMiss, ReadCache
 from contextshift.audit.store import (
     AuditKey,
@@ -19,11 +19,11 @@ from contextshift.audit.store import (
     Role,
     Store,
     StoredAudit,
-    StoredBlock,
     StoreUnavailable,
     audit_key,
 )
 from contextshift.cache_stable import PreviousPrompt
+from contextshift.history import HistoryBlock
 
 T = TypeVar("T")
 
@@ -40,11 +40,7 @@ class StoreView(calibration.CalibrationSource, Protocol):
 
     def model_config(self, model: str, role: Role) -> ModelConfig | None: ...
 
-    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]: ...
-
-    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
-        """The chat's last prompt, from its last audit (cache-stable shifts)."""
-        ...
+    def history(self, chat_id: str, profile: str) -> Sequence[HistoryBlock]: ...
 
 
 class NoStore:
@@ -56,11 +52,8 @@ class NoStore:
     def model_config(self, model: str, role: Role) -> ModelConfig | None:
         return None
 
-    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
+    def history(self, chat_id: str, profile: str) -> Sequence[HistoryBlock]:
         return ()
-
-    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
-        return None
 
     def factor(self, model: str | None) -> float:
         return calibration.DEFAULT.factor(model)
@@ -71,7 +64,7 @@ NO_STORE = NoStore()
 
 # Chats whose last prompt a process keeps, and the largest prompt kept (blocks): a chat's next
 # ShiftContext is then made without reading the store (its write checks the chat's audit is still
-# the one it was made against), and a PreviewContext decodes no audit (0.3 ms at 200 blocks).
+# the one it was made against), and a PreviewContext decodes no audit.
 PROMPTS_KEPT = 1024
 PROMPT_BLOCKS_KEPT = 2000
 
@@ -87,30 +80,21 @@ class Caches:
 
 
 class TenantStore:
-    """The store as one tenant's shifts read it (`shifts.StoreView`), timing the reads. Model
+    """The store as one tenant's shifts read it (a `StoreView`), timing the reads. Model
     configurations and calibrations go through the process's `Caches`; with `cached_only`, a read
     the cache does not hold raises `CacheMiss` instead of touching the store (a shift on the event
-    loop). With `previous`, the chat's last prompt is that one, not read."""
+    loop)."""
 
-    def __init__(
-        self,
-        store: Store,
-        tenant: str,
-        caches: Caches,
-        *,
-        cached_only: bool = False,
-        previous: PreviousPrompt | None = None,
-    ) -> None:
+    def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
         self.store = store
         self.tenant = tenant
         self.caches = caches
         self.cached_only = cached_only
-        self.previous = previous
         self.read_seconds = 0.0
 
     def cached(self) -> TenantStore:
         """This view for a shift on the event loop: the cache only, never the store."""
-        return TenantStore(self.store, self.tenant, self.caches, cached_only=True, previous=self.previous)
+        return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
 
     def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
         timed = None if self.cached_only else lambda: self._timed(read)
@@ -124,17 +108,18 @@ class TenantStore:
             self.read_seconds += time.perf_counter() - start
 
     def model_config(self, model: str, role: Role) -> ModelConfig | None:
+        if not model and role is Role.NONE:
+            return None  # nothing named: nothing to read
         return self._cached(
             ("config", self.tenant, model, role),
             lambda: model_configs.lookup(self.store, self.tenant, model, role),
         )
 
-    def history(self, chat_id: str, profile: str) -> Sequence[StoredBlock]:
+    def history(self, chat_id: str, profile: str) -> Sequence[HistoryBlock]:
         return self._timed(lambda: self.store.history(self.tenant, chat_id, profile))
 
-    def previous_prompt(self, chat_id: str) -> PreviousPrompt | None:
-        if self.previous is not None:
-            return self.previous
+    def stored_prompt(self, chat_id: str) -> PreviousPrompt:
+        """The chat's last prompt as its audit in the store records it now (a preview's)."""
         return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id)))[1]
 
     def prompt_of(self, chat_id: str, stored: StoredAudit | None) -> tuple[AuditKey | None, PreviousPrompt]:
@@ -146,7 +131,7 @@ class TenantStore:
         kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
         if kept is not None and kept[0] == key:
             return key, cast(PreviousPrompt, kept[1])
-        prompt = audits.previous_prompt(stored)
+        prompt = audit_payload.previous_prompt(stored)
         self.keep_prompt(chat_id, key, prompt)
         return key, prompt
 

@@ -12,20 +12,18 @@ messages when the server runs with `audit_messages = false`.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import lz4.frame
 
 from contextshift import engine
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.service.ids import timestamp
+from contextshift.api.service.plans import Shifted
 from contextshift.audit.provider_errors import ErrorCode
-from contextshift.audit.store import Generation, Status, StoredAudit
+from contextshift.audit.store import AuditKey, Generation, ShiftRecord, Status, StoredAudit, Unchecked
 from contextshift.cache_stable import PreviousPrompt
 from contextshift.result import ShiftResult
-
-if TYPE_CHECKING:  # shifts reads previous prompts through the store view, which reads audits
-    from contextshift.api.service.shifts import Shifted
 
 STATUSES = {
     Status.PENDING: pb.GENERATION_STATUS_PENDING,
@@ -159,3 +157,21 @@ class AuditWrite:
         with self._lock:
             self._cancelled = True
             return self._written
+
+
+def record(
+    shifted: Shifted[pb.ShiftContextRequest],
+    tenant: str,
+    generation_id: str,
+    created_ms: int,
+    made_on: AuditKey | Unchecked | None,
+    timings: pb.AuditTimings,
+    *,
+    messages: bool,
+) -> ShiftRecord:
+    """What the group writer stores of a ShiftContext: its generation and, with a chat, its audit
+    (checked against the chat's audit `made_on`, the one its previous prompt came from)."""
+    payload = None
+    if shifted.request.chat_id:
+        payload = encode(shifted, generation_id, created_ms, timings, messages=messages)
+    return ShiftRecord(tenant, generation(shifted, generation_id, created_ms), payload, made_on)

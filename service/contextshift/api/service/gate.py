@@ -19,7 +19,7 @@ from google.rpc import code_pb2, status_pb2
 
 from contextshift.api import metrics
 from contextshift.api.auth import ApiKeys, authenticate, current_tenant
-from contextshift.api.service.errors import RequestError, internal, status_of
+from contextshift.api.service.rpc_status import RequestError, internal, status_of
 from contextshift.errors import TokenBudgetExceeded
 
 log = logging.getLogger("contextshift.api")

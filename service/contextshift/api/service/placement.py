@@ -1,0 +1,206 @@
+"""Where a call's work runs: the one place that decides it.
+
+Engine work and store calls block (the Rust core releases the GIL; sqlite3 and psycopg block), so
+they run on the engine threads, and the event loop only moves bytes while the call's deadline is
+watched. Two exceptions:
+
+- A small request (at most `inline_request_bytes`) runs on the event loop, to completion, once
+  this process has served its `(profile, model)` and holds in memory what it reads of the store
+  (a model's configuration and calibration, a chat's last prompt): its engine work costs less than
+  the hop to a thread, where the engine thread and the loop would hand the GIL to each other at
+  every release. A first use stays off the loop (it may load a vocabulary or a tokenizer.json),
+  and so does a read the process does not hold (`CacheMiss` sends the work to a thread).
+- A shift whose strategy waits (llm-compact on its endpoint, a plugin strategy or interceptor up
+  to its time limit) never runs on the loop, and runs on the I/O threads, not the engine threads.
+
+A record to store (a shift's generation and audit) goes to the process's group writer
+(`audit.writer`), from the loop or a thread; the call's future is settled from the writer thread
+once the record's group is committed, and the futures settled since the loop last woke are
+settled in one wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from contextshift import plugins
+from contextshift.api.service.read_cache import CacheMiss
+from contextshift.api.service.store_view import TenantStore
+from contextshift.audit.store import ShiftRecord
+from contextshift.audit.writer import GroupWriter, WriteOutcome
+from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
+
+T = TypeVar("T")
+
+# (profile, model) pairs a process remembers having served, so their small requests run inline;
+# bounded because clients choose the strings.
+MAX_SERVED_PROFILES = 1024
+
+
+@dataclass(frozen=True)
+class Work:
+    """What decides where a call's work runs: the request's encoded size when it may run on the
+    event loop (None: never), the `(profile, model)` it counts with, and whether its strategy
+    waits."""
+
+    inline_bytes: int | None = None
+    profile: tuple[str, str] = ("", "")
+    waits: bool = False
+
+
+# Work that always runs on an engine thread (store calls, listings, benchmarks).
+ON_THREAD = Work()
+
+
+def shift_work(strategy: str, profile: str, model: str, size: int, *, reads_stored: bool = False) -> Work:
+    """Where a shift runs: on the loop when small (see the module's doc), unless its strategy or a
+    prompt interceptor waits, or it reads a chat's stored history (never cached)."""
+    waits = not runs_inline(strategy or DEFAULT_STRATEGY)
+    inline = not waits and not reads_stored and not plugins.interceptors()
+    return Work(size if inline else None, (profile, model), waits)
+
+
+class Placement:
+    """The executors and the group writer a process's calls run on, and the choice among them
+    (see the module's doc)."""
+
+    def __init__(
+        self,
+        executor: ThreadPoolExecutor,
+        io_executor: ThreadPoolExecutor | None,
+        inline_request_bytes: int,
+        writer: GroupWriter,
+    ) -> None:
+        self.executor = executor
+        self._io_executor = io_executor or executor
+        self._inline_request_bytes = inline_request_bytes
+        self._writer = writer
+        self._served: set[tuple[str, str]] = set()
+
+    def _small(self, work: Work) -> bool:
+        return work.inline_bytes is not None and work.inline_bytes <= self._inline_request_bytes
+
+    def _inline(self, work: Work) -> bool:
+        return self._small(work) and work.profile in self._served
+
+    def _served_now(self, work: Work) -> None:
+        """A small request's work ran off the loop: its profile is loaded now."""
+        if self._small(work) and len(self._served) < MAX_SERVED_PROFILES:
+            self._served.add(work.profile)
+
+    def _executor_for(self, work: Work) -> ThreadPoolExecutor:
+        return self._io_executor if work.waits else self.executor
+
+    async def blocking(self, fn: Callable[[], T]) -> T:
+        """`fn()` on an engine thread: a store call, or work that is never small."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    async def run(self, fn: Callable[[TenantStore], T], view: TenantStore, work: Work) -> T:
+        """`fn(view)`, on the event loop when `work` may run there (with the view of the process's
+        memory only), else on a thread."""
+        if self._inline(work):
+            with contextlib.suppress(CacheMiss):  # a read this process does not hold: on a thread
+                return fn(view.cached())
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor_for(work), functools.partial(fn, view))
+        self._served_now(work)
+        return result
+
+    async def run_settled(
+        self, fn: Callable[[TenantStore, asyncio.Future[T]], None], view: TenantStore, work: Work
+    ) -> T:
+        """The result `fn(view, done)` settles `done` with, from wherever its work ends (the group
+        writer's thread): `fn` runs as `run` would run it, and the call leaves the event loop once."""
+        done: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        if self._inline(work):
+            try:
+                fn(view.cached(), done)
+                return await done
+            except CacheMiss:  # raised before `done` was handed on: on a thread
+                pass
+
+        def on_thread() -> None:
+            try:
+                fn(view, done)
+            except BaseException as e:
+                settle_soon(done, error=e)
+
+        self._executor_for(work).submit(on_thread)
+        result = await done
+        self._served_now(work)
+        return result
+
+    def write(
+        self,
+        make: Callable[[], ShiftRecord | None],
+        written: Callable[[WriteOutcome], T],
+        done: asyncio.Future[T],
+    ) -> None:
+        """Hands a record to the group writer, from the loop or a thread: `make()` runs on the
+        writer thread (None: its call gave up, nothing is stored and `done` is left alone), and
+        `done` gets `written(outcome)` once the record's group is committed, or why not."""
+
+        def stored(outcome: WriteOutcome) -> None:
+            try:
+                settle_soon(done, written(outcome))
+            except BaseException as e:
+                settle_soon(done, error=e)
+
+        self._writer.write(make, stored)
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """`fn()` on an engine thread, unawaited (after a call ended); nothing once the server
+        stopped."""
+        with contextlib.suppress(RuntimeError):
+            self.executor.submit(fn)
+
+
+class _Wakeups:
+    """Futures of one event loop settled from other threads, with one wake-up of the loop for all
+    those settled since its last one: the calls of a group the writer stored wake it once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._due: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+
+    def settle(self, future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+        with self._lock:
+            self._due.append((future, result, error))
+            if len(self._due) > 1:
+                return  # the loop is woken already
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped
+            self._loop.call_soon_threadsafe(self._run)
+
+    def _run(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for future, result, error in due:
+            if future.done():  # its call gave up on it
+                continue
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+
+_WAKEUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wakeups] = weakref.WeakKeyDictionary()
+_WAKEUPS_LOCK = threading.Lock()
+
+
+def settle_soon(
+    future: asyncio.Future[T], result: T | None = None, error: BaseException | None = None
+) -> None:
+    """Settles `future` from any thread, on its event loop (unless its call gave up on it)."""
+    loop = future.get_loop()
+    with _WAKEUPS_LOCK:
+        wakeups = _WAKEUPS.get(loop) or _WAKEUPS.setdefault(loop, _Wakeups(loop))
+    wakeups.settle(future, result, error)
