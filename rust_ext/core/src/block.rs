@@ -85,12 +85,16 @@ pub struct ToolCall {
     pub arguments: String,
 }
 
-/// An image part; detail and size are kept for profiles that price images by them.
+/// An image part; detail and size are kept for profiles that price images by them
+/// (`crate::image`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Image {
     pub detail: Option<String>,
     pub width: Option<u64>,
     pub height: Option<u64>,
+    /// Without a width and height given: the size in the header of the image, when it is sent
+    /// inline as a PNG, JPEG, GIF or WebP (`crate::image_header`).
+    pub header_size: Option<(u64, u64)>,
 }
 
 /// Where a block's reasoning comes from: decides whether it is signed and whether a provider lets

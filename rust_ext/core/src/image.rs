@@ -1,7 +1,41 @@
 //! What an image costs, per provider. Each rule follows the provider's published arithmetic; the
-//! worked examples in the tests are the ones the providers publish.
+//! worked examples in the tests are the ones the providers publish. An image is priced at the
+//! size it was given, else the size its header gives when it is sent inline
+//! (`crate::image_header`), else at the rule's price for an unknown size.
 
 use crate::block::Image;
+
+/// How the size an image is priced at is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeBasis {
+    /// The part's `width` and `height` (both positive).
+    Given,
+    /// Read from the header of the image sent inline (a base64 `data:` URL or Anthropic source).
+    Header,
+    /// Neither: the rule's price for an image of unknown size.
+    Unknown,
+}
+
+impl SizeBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SizeBasis::Given => "given",
+            SizeBasis::Header => "header",
+            SizeBasis::Unknown => "unknown",
+        }
+    }
+}
+
+impl Image {
+    /// The size the image is priced at, `(width, height)` in pixels, and how it is known.
+    pub fn priced_size(&self) -> (Option<(u64, u64)>, SizeBasis) {
+        match (self.width, self.height, self.header_size) {
+            (Some(w), Some(h), _) if w > 0 && h > 0 => (Some((w, h)), SizeBasis::Given),
+            (_, _, Some(size)) => (Some(size), SizeBasis::Header),
+            _ => (None, SizeBasis::Unknown),
+        }
+    }
+}
 
 /// How a profile prices an image part.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +89,7 @@ impl ImageRule {
 }
 
 fn dimensions(image: &Image) -> Option<(f64, f64)> {
-    match (image.width, image.height) {
-        (Some(w), Some(h)) if w > 0 && h > 0 => Some((w as f64, h as f64)),
-        _ => None,
-    }
+    image.priced_size().0.map(|(w, h)| (w as f64, h as f64))
 }
 
 fn openai_tiles(image: &Image) -> u64 {
@@ -87,7 +118,7 @@ mod tests {
     use super::*;
 
     fn image(detail: Option<&str>, width: u64, height: u64) -> Image {
-        Image { detail: detail.map(str::to_owned), width: Some(width), height: Some(height) }
+        Image { detail: detail.map(str::to_owned), width: Some(width), height: Some(height), header_size: None }
     }
 
     #[test]
@@ -119,6 +150,23 @@ mod tests {
         // A long edge over 1568 is capped even when the area is small: 3136×100 → 1568×50.
         assert_eq!(rule.tokens(&image(None, 3136, 100)), (1568.0_f64 * 50.0 / 750.0).ceil() as u64);
         assert_eq!(rule.tokens(&Image::default()), 1600);
+    }
+
+    #[test]
+    fn a_given_size_then_the_header_size_then_unknown() {
+        let header = |width, height| Image { width, height, header_size: Some((2048, 1024)), ..Image::default() };
+        assert_eq!(image(None, 512, 512).priced_size(), (Some((512, 512)), SizeBasis::Given));
+        assert_eq!(header(None, None).priced_size(), (Some((2048, 1024)), SizeBasis::Header));
+        // Half a size, or a zero, is no size given.
+        assert_eq!(header(Some(512), None).priced_size().1, SizeBasis::Header);
+        assert_eq!(header(Some(0), Some(0)).priced_size().1, SizeBasis::Header);
+        assert_eq!(Image::default().priced_size(), (None, SizeBasis::Unknown));
+        // Priced by the header's size as if given: 2048x1024 -> 1536x768, 6 tiles.
+        assert_eq!(ImageRule::OpenAiTiles.tokens(&header(None, None)), 1105);
+        assert_eq!(
+            ImageRule::AnthropicArea.tokens(&header(None, None)),
+            ImageRule::AnthropicArea.tokens(&image(None, 2048, 1024))
+        );
     }
 
     #[test]

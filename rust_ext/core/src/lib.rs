@@ -14,6 +14,7 @@ pub mod count;
 pub mod counter;
 pub mod group;
 pub mod image;
+pub mod image_header;
 pub mod json_doc;
 pub mod json_spans;
 pub mod json_text;

@@ -7,6 +7,7 @@
 //! routes share one parser.
 
 use crate::block::{Block, CountMemo, Image, Kind, Reasoning, ReasoningSource, Role, Strings, ToolCall};
+use crate::image_header;
 use crate::json_text::to_json_text;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
@@ -582,6 +583,39 @@ macro_rules! read_fields {
 }
 pub(crate) use read_fields;
 
+/// The size in the header of an image part's inline data (`crate::image_header`): a base64
+/// `data:` URL in `image_url` (a string, or an object's `url`: OpenAI Chat and Responses, and the
+/// typed API's images) or in `image` (Vercel AI SDK), or an Anthropic `source` of type `base64`
+/// (its `data`) or with a `url`. None for an image given by any other URL or by a file id, and
+/// for fields of other shapes (an image's source is never an error: it only prices the image).
+fn inline_image_size<N: Node>(image_url: Option<N>, image: Option<N>, source: Option<N>) -> Option<(u64, u64)> {
+    fn string_size<N: Node>(node: &N) -> Option<(u64, u64)> {
+        match node.shape() {
+            Shape::Str(url) => image_header::data_url_size(url),
+            _ => None,
+        }
+    }
+    fn url_size<N: Node>(node: &N) -> Option<(u64, u64)> {
+        if !matches!(node.shape(), Shape::Object) {
+            return string_size(node);
+        }
+        read_fields!(node, { url: "url" });
+        url.as_ref().and_then(string_size)
+    }
+    if let Some(size) = image_url.as_ref().or(image.as_ref()).and_then(url_size) {
+        return Some(size);
+    }
+    let source = source?;
+    if !matches!(source.shape(), Shape::Object) {
+        return None;
+    }
+    read_fields!(source, { source_type: "type", data: "data", url: "url" });
+    match (source_type.as_ref().map(|t| t.shape()), data.as_ref().map(|d| d.shape())) {
+        (Some(Shape::Str("base64")), Some(Shape::Str(data))) => image_header::base64_size(data.as_bytes()),
+        _ => url.as_ref().and_then(string_size),
+    }
+}
+
 /// The id a block that failed to parse would have had: given (a non-empty string) or `#<index>`.
 fn readable_id<N: Node>(node: &N, index: usize) -> Option<String> {
     if !matches!(node.shape(), Shape::Object) {
@@ -1056,6 +1090,7 @@ impl Reader {
             input: "input", args: "args", tool_call_id: "toolCallId", tool_name: "toolName",
             tool_use_id: "tool_use_id", content: "content", output: "output", result: "result",
             detail: "detail", image_url: "image_url", width: "width", height: "height", data: "data",
+            image: "image", source: "source",
         });
         let type_at = at.key("type");
         let Some(part_type) = part_type else { return self.violation(&type_at, "missing") };
@@ -1079,7 +1114,7 @@ impl Reader {
                 parts.reasoning.push(Reasoning { source, texts, opaque });
             }
             "image_url" | "image" | "input_image" => {
-                let nested_detail = image_url.filter(|u| matches!(u.shape(), Shape::Object)).and_then(|url| {
+                let nested_detail = image_url.as_ref().filter(|u| matches!(u.shape(), Shape::Object)).and_then(|url| {
                     read_fields!(url, { detail: "detail" });
                     let url_at = at.key("image_url");
                     self.string(detail.as_ref(), &url_at.key("detail")).map(str::to_owned)
@@ -1087,7 +1122,9 @@ impl Reader {
                 let detail = self.string(detail.as_ref(), &at.key("detail")).map(str::to_owned).or(nested_detail);
                 let width = self.size(width.as_ref(), &at.key("width"));
                 let height = self.size(height.as_ref(), &at.key("height"));
-                parts.images.push(Image { detail, width, height });
+                let given = matches!((width, height), (Some(w), Some(h)) if w > 0 && h > 0);
+                let header_size = if given { None } else { inline_image_size(image_url, image, source) };
+                parts.images.push(Image { detail, width, height, header_size });
             }
             "tool_use" => {
                 if let Some(id) = self.required_id(id.as_ref(), &at.key("id")) {
@@ -1371,6 +1408,39 @@ mod tests {
         assert_eq!(b[1].result_ids.as_slice(), ["t1", "t2"]);
         assert_eq!(b[1].pieces.as_slice(), ["ok", r#"{"done": true}"#]);
         assert_eq!(b[1].images.len(), 1);
+    }
+
+    #[test]
+    fn an_image_sent_inline_without_a_size_has_its_header_size() {
+        // A PNG signature and IHDR chunk, 123 x 321, in base64.
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAHsAAAFBCAYAAAA";
+        let url = format!("data:image/png;base64,{png}");
+        let conv = parse(json!([{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url, "detail": "high"}},    // OpenAI Chat
+            {"type": "image_url", "image_url": url},                               // a bare URL
+            {"type": "input_image", "image_url": url},                             // OpenAI Responses
+            {"type": "image", "image": url, "mimeType": "image/png"},              // Vercel AI SDK
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+            {"type": "image", "source": {"type": "url", "url": url}},              // Anthropic
+            {"type": "image_url", "image_url": {"url": url}, "width": 512},        // half a size
+            {"type": "image_url", "image_url": {"url": url}, "width": 0, "height": 0},
+            // Given a size, the header is not read.
+            {"type": "image_url", "image_url": {"url": url}, "width": 10, "height": 20},
+            // Of unknown size.
+            {"type": "image_url", "image_url": {"url": "https://example.com/x.png"}},
+            {"type": "input_image", "file_id": "file-1"},
+            {"type": "image", "source": {"type": "base64", "data": "bm90IGFuIGltYWdl"}},
+            {"type": "image", "source": "data"},
+            {"type": "image_url", "image_url": {"url": 7}}
+        ]}]))
+        .unwrap();
+        let sizes: Vec<_> = conv.blocks[0].images.iter().map(|i| i.header_size).collect();
+        let header = Some((123, 321));
+        assert_eq!(
+            sizes,
+            [header, header, header, header, header, header, header, header, None, None, None, None, None, None]
+        );
+        assert_eq!(conv.blocks[0].images[0].detail.as_deref(), Some("high"));
     }
 
     #[test]
