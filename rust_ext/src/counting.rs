@@ -32,6 +32,8 @@ pub(crate) struct PyCounts {
     pub(crate) basis: Tupled<&'static str>,
     /// Indices of the blocks that carry reasoning (usually few).
     pub(crate) reasoning_blocks: Tupled<usize>,
+    /// Indices of the blocks that carry images (usually few).
+    pub(crate) image_blocks: Arc<[usize]>,
 }
 
 impl PyCounts {
@@ -42,7 +44,15 @@ impl PyCounts {
         counts: &[BlockCount],
     ) -> Self {
         let n = blocks.len();
-        let reasoning_blocks: Vec<usize> = (0..n).filter(|&i| !blocks[i].reasoning.is_empty()).collect();
+        let (mut reasoning_blocks, mut image_blocks) = (Vec::new(), Vec::new());
+        for (i, block) in blocks.iter().enumerate() {
+            if !block.reasoning.is_empty() {
+                reasoning_blocks.push(i);
+            }
+            if !block.images.is_empty() {
+                image_blocks.push(i);
+            }
+        }
         let counted = retention.counted(blocks);
         // Per-block reasoning figures, filled in for the few blocks that carry reasoning.
         let (mut reasoning, mut clearable, mut basis) = (vec![0; n], vec![false; n], vec![""; n]);
@@ -58,6 +68,7 @@ impl PyCounts {
             clearable: clearable.into(),
             basis: basis.into(),
             reasoning_blocks: reasoning_blocks.into(),
+            image_blocks: image_blocks.into(),
             counted: counted.into(),
             profile,
             retention,
@@ -138,6 +149,7 @@ impl PyCounts {
             clearable: self.clearable.to_vec().into(),
             basis: self.basis.to_vec().into(),
             reasoning_blocks: self.reasoning_blocks.to_vec().into(),
+            image_blocks: Arc::clone(&self.image_blocks),
         })
     }
 

@@ -171,6 +171,26 @@ impl PyPlan {
             .collect()
     }
 
+    /// The images of the kept blocks, in order: `(index, id, image, tokens, width, height, basis)`
+    /// with `image` its place among the block's images, its tokens by the profile of `counts`, the
+    /// size it was priced at (0 by 0 when unknown) and how that is known: "given", "header" (read
+    /// from the header of the image sent inline) or "unknown" (contextshift_core::image).
+    #[allow(clippy::type_complexity)]
+    fn images(&self, counts: &PyCounts) -> Vec<(usize, String, usize, u64, u64, u64, &'static str)> {
+        let blocks = &self.blocks;
+        let mut out = Vec::new();
+        for &i in counts.image_blocks.iter().filter(|&&i| self.kept.binary_search(&i).is_ok()) {
+            let Some(block) = blocks.get(i) else { continue }; // counts of another conversation
+            for (k, image) in block.images.iter().enumerate() {
+                let (size, basis) = image.priced_size();
+                let (width, height) = size.unwrap_or((0, 0));
+                let tokens = counts.profile.image_tokens(image);
+                out.push((i, block.id.clone(), k, tokens, width, height, basis.as_str()));
+            }
+        }
+        out
+    }
+
     /// Every block's decision in input order, with whether it was kept: what an audit records.
     fn ordered_decisions(&self, py: Python<'_>) -> PyResult<Vec<(Py<PyBlockDecision>, bool)>> {
         let kept = self.kept_decisions(py)?;

@@ -34,7 +34,7 @@ from contextshift.plugins import (
 )
 from contextshift.profiles import count_tokens
 from contextshift.reasons import Reason
-from contextshift.result import ReasoningCount, ShiftResult, Truncation
+from contextshift.result import ImageCount, ReasoningCount, ShiftResult, Truncation
 from contextshift.shift import shift_context
 from contextshift.strategies import list_strategies
 
@@ -50,6 +50,7 @@ __all__ = [
     "ContextShiftError",
     "Diagnostic",
     "FieldViolation",
+    "ImageCount",
     "InterceptorContext",
     "InternalError",
     "InvalidBlocks",

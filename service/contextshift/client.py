@@ -56,7 +56,7 @@ from contextshift.errors import (
 from contextshift.options import OptionSpec
 from contextshift.profile_bench import Accuracy, Report, Throughput
 from contextshift.profiles import ProfileInfo
-from contextshift.result import ReasoningCount, ShiftResult, Truncation
+from contextshift.result import ImageCount, ReasoningCount, ShiftResult, Truncation
 from contextshift.strategies import Relevance, Summary
 
 _STRING_FIELDS = {"profile", "strategy", "model", "provider", "chat_id", "generation_id"}
@@ -217,6 +217,7 @@ def _result(plan: pb.ContextPlan, generation_id: str = "") -> RemoteShiftResult:
         tools_tokens=plan.tools_tokens,
         reasoning_rule=plan.reasoning_rule,
         reasoning=[ReasoningCount(r.id, r.tokens, r.counted, r.basis) for r in plan.reasoning],
+        images=[ImageCount(i.id, i.index, i.tokens, i.width, i.height, i.basis) for i in plan.images],
     )
 
 

@@ -38,6 +38,30 @@ class ReasoningCount:
     basis: str
 
 
+@dataclass(frozen=True, slots=True)
+class ImageCount:
+    """An image a kept block carries: its place among the block's images (0 for the first), its
+    tokens by the profile's image rule, the size it was priced at (0 by 0 when unknown) and how
+    that size is known: "given" (the part's `width` and `height`), "header" (read from the header
+    of the PNG, JPEG, GIF or WebP image sent inline, base64) or "unknown" (the rule's price for an
+    image of unknown size). docs/semantics.md §2.2."""
+
+    id: str
+    index: int
+    tokens: int
+    width: int
+    height: int
+    basis: str
+
+
+def kept_images(plan: engine.Plan, counts: engine.Counts) -> list[ImageCount]:
+    """The images of the plan's kept blocks, in block order."""
+    return [
+        ImageCount(block_id, index, tokens, width, height, basis)
+        for _, block_id, index, tokens, width, height, basis in plan.images(counts)
+    ]
+
+
 class DecisionSource(Protocol):
     """The kept and excluded blocks of a shift, in block order, with tokens and reason codes."""
 
@@ -91,6 +115,8 @@ class ShiftResult:
     # blocks carry, counted or not.
     reasoning_rule: str = field(default="all", kw_only=True)
     reasoning: list[ReasoningCount] = field(default_factory=list, kw_only=True)
+    # The images the kept blocks carry, each with the size it was priced at and how it is known.
+    images: list[ImageCount] = field(default_factory=list, kw_only=True)
     # Where `kept`/`excluded` and `messages` come from; built only when asked for (a server
     # encodes the engine's plan and sends JSON text, with no Python object per block).
     decisions: DecisionSource = field(kw_only=True, repr=False, compare=False)

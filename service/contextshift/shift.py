@@ -22,6 +22,7 @@ from contextshift.result import (
     KeptMessages,
     ShiftResult,
     Truncation,
+    kept_images,
 )
 from contextshift.strategies import DEFAULT_STRATEGY, Outcome, StrategyContext, StrategyInfo, strategy_named
 
@@ -157,6 +158,7 @@ def shift_context(
         tools_tokens=room.tools_tokens,
         reasoning_rule=counts.reasoning_rule,
         reasoning=reasoning.kept(outcome.plan, outcome.counts, cleared.rewrites if cleared else {}),
+        images=kept_images(outcome.plan, outcome.counts),
         decisions=AdjustedDecisions(outcome.plan, outcome.relabel, outcome.summary)
         if outcome.relabel or outcome.summary is not None
         else outcome.plan,

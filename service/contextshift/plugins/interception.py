@@ -21,7 +21,7 @@ from contextshift.errors import InternalError, InvalidBlocks, TokenBudgetExceede
 from contextshift.options import ShiftOptions
 from contextshift.plugins.calls import PluginsSaturated, Rejected, call_with_timeout, listed
 from contextshift.reasons import Reason
-from contextshift.result import Cuts, ListedDecisions, ListedMessages, ShiftResult
+from contextshift.result import Cuts, ListedDecisions, ListedMessages, ShiftResult, kept_images
 from contextshift.strategies import registry
 
 log = logging.getLogger("contextshift.plugins")
@@ -266,6 +266,7 @@ def intercept(
         calibrated_prompt_tokens=calibration.calibrated(prompt_tokens, result.calibration_factor),
         diagnostics=result.diagnostics + run.diagnostics + _final_shift(plan),
         reasoning=reasoning.kept(plan, counts, {}),
+        images=kept_images(plan, counts),
         decisions=_decisions_after(result, run, conversation, plan),
         kept_messages=ListedMessages([cuts.messages.get(i, run.messages[i]) for i in plan.kept]),
     )

@@ -138,6 +138,12 @@ def encode_plan(
             context_service_pb2.ReasoningCount(id=r.id, tokens=r.tokens, counted=r.counted, basis=r.basis)
             for r in result.reasoning
         ],
+        images=[
+            context_service_pb2.ImageCount(
+                id=i.id, index=i.index, tokens=i.tokens, width=i.width, height=i.height, basis=i.basis
+            )
+            for i in result.images
+        ],
     )
     return EncodedPlan(
         plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)

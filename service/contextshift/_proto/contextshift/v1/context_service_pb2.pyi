@@ -585,6 +585,7 @@ class ContextPlan(_message.Message):
     TOOLS_TOKENS_FIELD_NUMBER: _builtins.int
     REASONING_RULE_FIELD_NUMBER: _builtins.int
     REASONING_FIELD_NUMBER: _builtins.int
+    IMAGES_FIELD_NUMBER: _builtins.int
     prompt_tokens: _builtins.int
     """Tokens of the final prompt as the profile counts them (raw, before calibration); the sum of the
     kept blocks' `tokens`. Never over `budget` when `calibration_factor` is 1.
@@ -678,6 +679,12 @@ class ContextPlan(_message.Message):
         order, and whether `prompt_tokens` counts it.
         """
 
+    @_builtins.property
+    def images(self) -> _containers.RepeatedCompositeFieldContainer[Global___ImageCount]:
+        """The images the kept blocks carry, in block order: each one's tokens, the size it was priced
+        at and how that size is known.
+        """
+
     def __init__(
         self,
         *,
@@ -704,10 +711,11 @@ class ContextPlan(_message.Message):
         tools_tokens: _builtins.int = ...,
         reasoning_rule: _builtins.str = ...,
         reasoning: _abc.Iterable[Global___ReasoningCount] | None = ...,
+        images: _abc.Iterable[Global___ImageCount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["compaction", b"compaction", "compaction_usage", b"compaction_usage", "messages", b"messages", "summary", b"summary"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "reasoning", b"reasoning", "reasoning_rule", b"reasoning_rule", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approximate", b"approximate", "budget", b"budget", "calibrated_prompt_tokens", b"calibrated_prompt_tokens", "calibration_factor", b"calibration_factor", "compaction", b"compaction", "compaction_usage", b"compaction_usage", "context_limit", b"context_limit", "diagnostics", b"diagnostics", "excluded", b"excluded", "images", b"images", "kept", b"kept", "messages", b"messages", "model", b"model", "profile", b"profile", "prompt_tokens", b"prompt_tokens", "reasoning", b"reasoning", "reasoning_rule", b"reasoning_rule", "relevance", b"relevance", "response_reserve", b"response_reserve", "strategy", b"strategy", "summary", b"summary", "tools_tokens", b"tools_tokens", "truncated", b"truncated", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -750,6 +758,51 @@ class ReasoningCount(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReasoningCount: _TypeAlias = ReasoningCount  # noqa: Y015
+
+@_typing.final
+class ImageCount(_message.Message):
+    """An image a kept block carries, and the size the profile's image rule priced it at."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    INDEX_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    BASIS_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The block id."""
+    index: _builtins.int
+    """Its place among the block's images, 0 for the first."""
+    tokens: _builtins.int
+    """Its tokens by the profile's image rule (part of the block's `tokens`)."""
+    width: _builtins.int
+    """The width it was priced at, in pixels; 0 when unknown."""
+    height: _builtins.int
+    """The height it was priced at, in pixels; 0 when unknown."""
+    basis: _builtins.str
+    """How the size is known: "given" (the image part's width and height), "header" (read from the
+    header of the PNG, JPEG, GIF or WebP image sent inline: a base64 `data:` URL or an Anthropic
+    base64 source) or "unknown" (neither: the rule's price for an image of unknown size).
+    """
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        index: _builtins.int = ...,
+        tokens: _builtins.int = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+        basis: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["basis", b"basis", "height", b"height", "id", b"id", "index", b"index", "tokens", b"tokens", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImageCount: _TypeAlias = ImageCount  # noqa: Y015
 
 @_typing.final
 class CompactionUsage(_message.Message):
