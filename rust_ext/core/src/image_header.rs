@@ -74,6 +74,10 @@ pub fn base64_size(text: &[u8]) -> Option<(u64, u64)> {
     }
 }
 
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c')
+}
+
 /// The decoded start of a base64 text, and the text not decoded yet.
 struct Prefix<'a> {
     rest: &'a [u8],
@@ -97,14 +101,14 @@ impl Prefix<'_> {
             }
             taken += 1;
             match c {
-                b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' => {}
+                c if is_space(c) => {}
                 b'-' => chars.push(b'+'), // the URL-safe alphabet
                 b'_' => chars.push(b'/'),
                 _ => chars.push(c),
             }
         }
         self.rest = &self.rest[taken..];
-        if !self.rest.is_empty() && chars.last() == Some(&b'=') {
+        if chars.last() == Some(&b'=') && !self.rest.iter().all(|&c| is_space(c)) {
             return None; // padding before the end: not one base64 text
         }
         BASE64.decode_vec(&chars, &mut self.bytes).ok()
@@ -158,6 +162,10 @@ mod tests {
         assert_eq!(data_url_size(&format!("data:image/png;base64,{wrapped}")), Some((123, 321)));
         let url_safe = text.replace('+', "-").replace('/', "_");
         assert_eq!(base64_size(url_safe.as_bytes()), Some((123, 321)));
+        // A whole small image, padded, then a line break.
+        let padded = format!("{}\n", STANDARD.encode(&PNG_HEAD[..31]));
+        assert!(padded.ends_with("=\n"));
+        assert_eq!(base64_size(padded.as_bytes()), Some((123, 321)));
     }
 
     #[test]
