@@ -37,19 +37,26 @@ def default_url(env: Mapping[str, str] | None = None) -> str:
 
 
 def open_store(
-    url: str, *, pool_size: int = 4, max_bytes: int | None = None, reserve_bytes: int = 0
+    url: str,
+    *,
+    pool_size: int = 4,
+    max_bytes: int | None = None,
+    reserve_bytes: int = 0,
+    timeout_ms: int | None = None,
 ) -> Store:
     """The store `url` names, not connected yet (each process connects on first use), refusing new
     data past `max_bytes` of it and, for SQLite, with less than `reserve_bytes` free on its disk
-    (see `Store`). Raises StoreConfigError for an unknown scheme or a malformed URL. A path without
-    a scheme (`contextshift.db`, `/var/lib/contextshift/store.db`) is a SQLite file."""
+    (see `Store`), every call ended past `timeout_ms` (None: unbounded; see `audit.bounds`).
+    Raises StoreConfigError for an unknown scheme or a malformed URL. A path without a scheme
+    (`contextshift.db`, `/var/lib/contextshift/store.db`) is a SQLite file."""
+    bound = None if timeout_ms is None else timeout_ms / 1e3
     if not _SCHEME.match(url):
         url = SQLITE_PREFIX + os.path.expanduser(url)
     if url.startswith(POSTGRES_PREFIXES):
         from contextshift.audit.postgres import PostgresStore  # psycopg loads only for PostgreSQL
 
         _check_postgres_url(url)
-        return PostgresStore(url, pool_size=pool_size, max_bytes=max_bytes)
+        return PostgresStore(url, pool_size=pool_size, max_bytes=max_bytes, store_timeout=bound)
     if url.startswith(SQLITE_PREFIX):
         from contextshift.audit.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStore
 
@@ -73,6 +80,7 @@ def open_store(
             busy_timeout_ms=int(timeout),
             max_bytes=max_bytes,
             reserve_bytes=reserve_bytes,
+            store_timeout=bound,
         )
     scheme = url.partition(":")[0] if ":" in url else url
     raise StoreConfigError(

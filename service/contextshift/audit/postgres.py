@@ -15,9 +15,25 @@ that loses a deadlock or a serialization conflict is retried.
 A lost database: a connection found broken, or closed by the server, is followed by one direct
 connection attempt; when that fails too, the store is down. Its pool is closed at once (its
 connections are dead, and waiting on it for a new one would outlast any call's deadline), every
-call fails at once with StoreUnavailable, and one call every `RETRY_SECONDS` tries to connect again,
-opening a new pool when it can. So no call waits on a database that is not there, and the first
-call after the database is back finds it.
+call fails at once with StoreUnavailable, and every `RETRY_SECONDS` a call (or the readiness probe)
+starts a new connection attempt and waits for it within its bound, the pool opened anew when one
+succeeds. So no call waits on a database that is not there, and the first call after the
+database is back finds it.
+
+A silent network (a partition, a dead NAT entry: nothing answers, nothing is reset): with a bound
+(`store_timeout`, the server's `store_timeout_ms`), every call ends by it (or by its caller's
+deadline, when sooner; see `audit.bounds`). Waiting for a pooled connection is bounded by it;
+once the call has one, the process's watchdog shuts the connection's socket down at the deadline,
+the blocked thread wakes with an error, and the connection is closed so the pool never hands it
+out again; the call raises StoreTimeout (the group writer's whole transaction goes with it: never
+committed, unless its COMMIT was already on its way). A connection broken by the store's own bound
+means the database does not answer: the store is down as above, so the calls queued behind it fail
+at once instead of each waiting out the bound. The connection attempts cannot be broken that way
+(libpq's connect timeout is whole seconds, at least 2): they run on threads of their own, waited
+for within the bound, several at a time on a network that swallows them, so one starts within
+`RETRY_SECONDS` of its return. Every connection also has TCP keepalives and `tcp_user_timeout`
+(`TCP_SETTINGS`, unless the URL sets them), so the kernel itself gives up on a dead peer in
+seconds where nothing bounds the call (the command line's store commands).
 
 Room (`max_store_bytes`): the bytes of the audits' payloads and the history blocks' JSON, kept in
 `store_usage` by triggers on both tables (migration 2), in one row per backend process
@@ -31,6 +47,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import select
 import threading
@@ -42,14 +59,17 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import errors
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from contextshift.audit import bounds
 from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
     FullCause,
     ShiftRecord,
     StoreFull,
+    StoreTimeout,
     StoreUnavailable,
     redacted,
 )
@@ -59,10 +79,23 @@ T = TypeVar("T")
 log = logging.getLogger("contextshift.store")
 
 CONNECT_TIMEOUT_SECONDS = 5
-# While the database is down: how often one call tries to connect again (the others fail at once),
-# and how long that try may take (libpq's least connect_timeout).
-RETRY_SECONDS = 1.0
+# While the database is down: how often a connection attempt may start (the calls between fail at
+# once), how long one may take (libpq's least connect_timeout), and how many may be under way at
+# once (each waits out its connect timeout on a network that swallows it).
+RETRY_SECONDS = 0.25
 RETRY_CONNECT_TIMEOUT_SECONDS = 2
+MAX_ATTEMPTS = 8
+# libpq's TCP settings on every connection, pooled or direct, where the URL sets none: an idle
+# connection to a peer that is gone is found dead after about keepalives_idle + keepalives_interval
+# x keepalives_count seconds, one with data unacknowledged after tcp_user_timeout milliseconds
+# (Linux), where TCP on its own retransmits for about 15 minutes.
+TCP_SETTINGS = {
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+}
 RETRIES = 3
 # A shift's generation and its audit in one statement (one round trip, atomic on its own; the
 # foreign key is checked at its end, when the generation row exists): no audit row when the
@@ -98,19 +131,46 @@ def _closed_by_server(connection: psycopg.Connection[Row]) -> bool:
 
 @dataclass
 class _Outage:
-    """The database found down: since when, why, and when a call may try it again."""
+    """The database found down: since when, why, and when a connection attempt may start again."""
 
     pid: int  # the process that found it (a forked child finds its own)
     since: float
     error: str
     retry_at: float = 0.0
-    trying: bool = False  # a call is trying to connect now
+    attempts: int = 0  # connection attempts under way
 
     def unavailable(self) -> StoreUnavailable:
         return StoreUnavailable(
             f"{self.error} (down for {time.monotonic() - self.since:.1f} s; "
-            f"a call tries to connect again every {RETRY_SECONDS:g} s)"
+            f"a new connection is tried every {RETRY_SECONDS:g} s)"
         )
+
+
+class _Attempt:
+    """One try at opening the pool, on a thread of its own (`PostgresStore._attempt`)."""
+
+    def __init__(self, pid: int, epoch: int) -> None:
+        self.pid = pid
+        self.epoch = epoch  # the store's `close` count when it started: a later close discards it
+        self.done = threading.Event()
+        self.error: StoreUnavailable | None = None
+
+
+class _Watched:
+    """The watch on a call's current connection (`PostgresStore._watched`), to tell afterwards
+    whether its deadline broke it."""
+
+    watch: bounds.Watch | None = None
+
+    @property
+    def fired(self) -> bool:
+        return self.watch is not None and self.watch.fired
+
+
+def _tcp_settings(url: str) -> dict[str, str]:
+    """`TCP_SETTINGS` but those the URL sets itself."""
+    given = conninfo_to_dict(url)
+    return {key: value for key, value in TCP_SETTINGS.items() if key not in given}
 
 
 class _Tx:
@@ -156,65 +216,115 @@ class PostgresStore(SqlStore):
     table_exists = "SELECT COUNT(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?"
 
     def __init__(
-        self, url: str, *, pool_size: int = 4, timeout: float = 10.0, max_bytes: int | None = None
+        self,
+        url: str,
+        *,
+        pool_size: int = 4,
+        timeout: float = 10.0,
+        max_bytes: int | None = None,
+        store_timeout: float | None = None,
     ) -> None:
         self._url = url
         self._pool_size = pool_size
-        self._timeout = timeout
+        self._timeout = timeout  # waiting for a pooled connection, without a bound
         self._max_bytes = max_bytes
+        self._bound = store_timeout
+        # The URL with the TCP settings it does not set itself (what every connection connects with).
+        self._conninfo = make_conninfo(url, **_tcp_settings(url))
         self._lock = threading.Lock()
         self._pool: tuple[int, Pool] | None = None
         self._outage: _Outage | None = None
+        self._opening: _Attempt | None = None  # the first attempt of a process, every call waits on
+        self._in_use: dict[bounds.Watch, Pool] = {}  # the watches of the connections calls hold
+        self._epoch = 0  # calls of `close`
 
     @property
     def description(self) -> str:
         return f"postgresql {redacted(self._url)}"
 
-    def _connections(self) -> Pool:
-        """This process's pool: opened on first use, and again, by one call at a time, after the
-        database was found down (the others fail at once meanwhile)."""
-        with self._lock:
-            pid = os.getpid()
-            if self._pool is not None and self._pool[0] == pid:
-                return self._pool[1]
-            outage = self._outage if self._outage is not None and self._outage.pid == pid else None
-            if outage is None:  # the first use: other calls wait the few milliseconds it takes
-                try:
-                    pool = self._open(CONNECT_TIMEOUT_SECONDS)
-                except StoreUnavailable as e:
-                    self._outage = self._found_down(str(e))
-                    raise
-                self._pool = (pid, pool)
-                return pool
-            if outage.trying or time.monotonic() < outage.retry_at:
-                raise outage.unavailable()
-            outage.trying = True
-        try:
-            pool = self._open(RETRY_CONNECT_TIMEOUT_SECONDS)
-        except StoreUnavailable as e:
+    def _connections(self, limit: bounds.Deadline | None) -> Pool:
+        """This process's pool: opened on first use (every call waits for it within its bound),
+        and again after the database was found down, by an attempt a call starts every
+        `RETRY_SECONDS` and waits for within its bound (the others fail at once meanwhile)."""
+        while True:
             with self._lock:
-                outage.error, outage.retry_at, outage.trying = str(e), time.monotonic() + RETRY_SECONDS, False
-            raise outage.unavailable() from e
-        with self._lock:
-            self._pool, self._outage = (pid, pool), None
-        log.warning(
-            "the store is back",
-            extra={
-                "fields": {
-                    "store": self.description,
-                    "down_seconds": round(time.monotonic() - outage.since, 3),
-                }
-            },
-        )
-        return pool
+                pid = os.getpid()
+                if self._pool is not None and self._pool[0] == pid:
+                    return self._pool[1]
+                outage = self._outage if self._outage is not None and self._outage.pid == pid else None
+                if outage is None:
+                    attempt = self._opening
+                    if attempt is None or attempt.pid != pid:
+                        attempt = self._opening = self._attempt(None, CONNECT_TIMEOUT_SECONDS)
+                else:
+                    now = time.monotonic()
+                    if now < outage.retry_at or outage.attempts >= MAX_ATTEMPTS:
+                        raise outage.unavailable()
+                    outage.retry_at = now + RETRY_SECONDS
+                    attempt = self._attempt(outage, RETRY_CONNECT_TIMEOUT_SECONDS)
+            if not attempt.done.wait(None if limit is None else max(limit.remaining(), 0.0)):
+                assert limit is not None
+                error = limit.timed_out(self.description, "could not connect")
+                if limit.own:
+                    with self._lock:  # the first connection does not answer: down (see `_attempt`)
+                        if self._pool is None and self._outage is None:
+                            self._outage = self._found_down(str(error))
+                raise error
+            if attempt.error is not None:
+                raise attempt.error
+
+    def _attempt(self, outage: _Outage | None, connect_timeout: int) -> _Attempt:
+        """Starts opening a pool on a thread of its own (called holding the lock): installed when
+        it opens (the store is back), unless the store was closed or a pool opened meanwhile."""
+        attempt = _Attempt(os.getpid(), self._epoch)
+        if outage is not None:
+            outage.attempts += 1
+
+        def run() -> None:
+            pool: Pool | None = None
+            try:
+                pool = self._open(connect_timeout)
+            except StoreUnavailable as e:
+                attempt.error = e
+            back: _Outage | None = None
+            with self._lock:
+                if outage is not None:
+                    outage.attempts -= 1
+                if self._opening is attempt:
+                    self._opening = None
+                current = self._epoch == attempt.epoch and os.getpid() == attempt.pid
+                if attempt.error is not None:
+                    if current and self._pool is None and self._outage is None:
+                        self._outage = self._found_down(str(attempt.error))
+                    elif current and self._outage is not None:
+                        self._outage.error = str(attempt.error)
+                elif current and self._pool is None:
+                    self._pool, back, self._outage = (attempt.pid, cast(Pool, pool)), self._outage, None
+                    pool = None
+            if pool is not None:  # not needed: closed meanwhile, or another attempt opened one
+                pool.close()
+            if back is not None:
+                log.warning(
+                    "the store is back",
+                    extra={
+                        "fields": {
+                            "store": self.description,
+                            "down_seconds": round(time.monotonic() - back.since, 3),
+                        }
+                    },
+                )
+            attempt.done.set()
+
+        threading.Thread(target=run, name="contextshift-store-connect", daemon=True).start()
+        return attempt
 
     def _open(self, connect_timeout: int) -> Pool:
         try:
             # A direct connection first: its error says why (refused, authentication, no such
             # database), where a pool that cannot connect only times out.
-            psycopg.connect(self._url, connect_timeout=connect_timeout).close()
+            psycopg.connect(self._conninfo, connect_timeout=connect_timeout).close()
             pool: Pool = ConnectionPool(
-                self._url,
+                self._conninfo,
                 min_size=1,
                 max_size=self._pool_size,
                 kwargs={"autocommit": True, "connect_timeout": connect_timeout},
@@ -228,26 +338,46 @@ class PostgresStore(SqlStore):
         return pool
 
     def _down(self, pool: Pool, error: str) -> None:
-        """The database is down (a connection broke, and a new one cannot be made): its pool is
-        closed, and calls fail at once until one of them connects again."""
+        """The database is down (a connection broke, and a new one cannot be made; or it does not
+        answer within the bound): its pool is closed, and calls fail at once until a connection
+        attempt succeeds."""
         with self._lock:
             if self._pool is None or self._pool[1] is not pool:
                 return  # another call found it first
             self._pool, self._outage = None, self._found_down(error)
-        pool.close(timeout=0)  # its workers' connection attempts end on their own
+            in_use = [watch for watch, of in self._in_use.items() if of is pool]
+        # The calls on its other connections are broken now rather than at their own deadlines:
+        # on a silent network they wait on it too (a /metrics read, the housekeeping, with longer
+        # bounds than a call's), and on a lost database their connections are gone already.
+        for watch in in_use:
+            watch.fire(f"the store is down: {error}")
+        # Closed on a thread of its own: its workers' connection attempts (a connect timeout, on a
+        # silent network) end on their own, and are waited for there.
+        threading.Thread(target=pool.close, name="contextshift-store-close", daemon=True).start()
 
     def _found_down(self, error: str) -> _Outage:
         log.warning("the store is down", extra={"fields": {"store": self.description, "error": error}})
         now = time.monotonic()
         return _Outage(os.getpid(), now, error, now + RETRY_SECONDS)
 
-    def _reachable(self) -> str | None:
-        """None when a new connection can be made now, else why not."""
+    def _reachable(self, limit: bounds.Deadline | None) -> str | None:
+        """None when a new connection can be made now (within the call's bound), else why not."""
+
+        def connect() -> psycopg.Connection[Row]:
+            return psycopg.connect(self._conninfo, connect_timeout=RETRY_CONNECT_TIMEOUT_SECONDS)
+
         try:
-            psycopg.connect(self._url, connect_timeout=RETRY_CONNECT_TIMEOUT_SECONDS).close()
+            bounds.run_bounded(
+                connect, limit, self.description, "could not connect", late=lambda c: c.close()
+            ).close()
+        except StoreTimeout as e:
+            return str(e)
         except psycopg.Error as e:
             return f"cannot connect to PostgreSQL at {redacted(self._url)}: {e}"
         return None
+
+    def ping(self) -> None:
+        self._query("SELECT 1", ())
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
         return self._on_connection(work, transaction=True)
@@ -259,11 +389,13 @@ class PostgresStore(SqlStore):
         """`work` on a pooled connection, in a transaction or (one statement) in autocommit, in
         pipeline mode if asked (statements go out as they come, and wait for their results only
         when one is read or the pipeline synced); retried when it loses a deadlock or a
-        serialization conflict."""
-        pool = self._connections()
+        serialization conflict; ended by the call's deadline (see the module's doc)."""
+        limit = bounds.deadline(self._bound)
+        pool = self._connections(limit)
         for attempt in range(RETRIES):
+            watched = _Watched()
             try:
-                with self._live_connection(pool) as connection:
+                with self._live_connection(pool, limit, watched) as connection:
                     tx = _Tx(connection, self._claim)
                     try:
                         if not transaction:
@@ -271,8 +403,8 @@ class PostgresStore(SqlStore):
                         with connection.pipeline() if pipeline else nullcontext(), connection.transaction():
                             return work(tx)
                     except psycopg.OperationalError:
-                        if connection.broken:  # the database may be gone: see `_live_connection`
-                            why = self._reachable()
+                        if connection.broken and not watched.fired:  # the database may be gone
+                            why = self._reachable(limit)
                             if why is not None:
                                 self._down(pool, why)
                         raise
@@ -284,23 +416,33 @@ class PostgresStore(SqlStore):
             except errors.DiskFull as e:
                 raise StoreFull(self.description, FullCause.DISK, f"PostgreSQL: {e}") from e
             except (psycopg.OperationalError, PoolTimeout) as e:
+                if watched.watch is not None and watched.watch.why is not None:  # see `_down`
+                    raise StoreUnavailable(watched.watch.why) from e
+                if limit is not None and (watched.fired or isinstance(e, PoolTimeout)):
+                    error = limit.timed_out(self.description)
+                    if watched.fired and limit.own:  # no answer within the bound: down
+                        self._down(pool, str(error))
+                    raise error from e
                 raise StoreUnavailable(f"PostgreSQL store at {redacted(self._url)}: {e}") from e
         raise AssertionError("not reached")
 
     @contextmanager
-    def _live_connection(self, pool: Pool) -> Iterator[psycopg.Connection[Row]]:
-        """A pooled connection the server has not closed: after a database restart every pooled
-        connection is dead, and each would fail one call. A dead one is closed (the pool replaces
-        it) and the next taken, once a new connection proved the database is there (else it is
-        down: StoreUnavailable at once). Not the pool's `check` callback: each failed check there
-        sleeps a growing backoff (1 s, 2 s, 4 s...), so a pool of stale connections could time
-        out."""
+    def _live_connection(
+        self, pool: Pool, limit: bounds.Deadline | None, watched: _Watched
+    ) -> Iterator[psycopg.Connection[Row]]:
+        """A pooled connection the server has not closed, watched until the call's deadline (see
+        `_watched`): after a database restart every pooled connection is dead, and each would fail
+        one call. A dead one is closed (the pool replaces it) and the next taken, once a new
+        connection proved the database is there (else it is down: StoreUnavailable at once). Not
+        the pool's `check` callback: each failed check there sleeps a growing backoff (1 s, 2 s,
+        4 s...), so a pool of stale connections could time out."""
         reachable = False
         for left in reversed(range(self._pool_size + 1)):
-            with pool.connection() as connection:
+            wait = None if limit is None else max(limit.remaining(), 0.0)
+            with pool.connection(wait) as connection, self._watched(pool, connection, limit, watched):
                 if left and _closed_by_server(connection):
                     connection.close()
-                    why = None if reachable else self._reachable()
+                    why = None if reachable else self._reachable(limit)
                     if why is not None:
                         self._down(pool, why)
                         raise StoreUnavailable(why)
@@ -308,6 +450,37 @@ class PostgresStore(SqlStore):
                     continue
                 yield connection
                 return
+
+    @contextmanager
+    def _watched(
+        self,
+        pool: Pool,
+        connection: psycopg.Connection[Row],
+        limit: bounds.Deadline | None,
+        watched: _Watched,
+    ) -> Iterator[None]:
+        """Shuts the connection's socket down at the call's deadline (the process's watchdog), or
+        when the store is found down meanwhile (`_down`), and closes a connection so broken before
+        it goes back: the pool discards a closed one, where one whose socket was shut behind
+        libpq's back would look healthy to it."""
+        try:
+            breaker = bounds.SocketBreaker(connection.fileno())
+        except psycopg.Error:  # closed already: nothing to break (`_closed_by_server` discards it)
+            yield
+            return
+        # Without a deadline, only `_down` fires it.
+        watch = bounds.watch(limit.at, breaker) if limit is not None else bounds.Watch(math.inf, breaker)
+        watched.watch = watch
+        with self._lock:
+            self._in_use[watch] = pool
+        try:
+            yield
+        finally:
+            with self._lock:
+                del self._in_use[watch]
+            if not watch.cancel():
+                connection.close()
+            breaker.close()
 
     def _claim(self, tx: _Tx, nbytes: int) -> None:
         if self._max_bytes is None:
@@ -350,6 +523,7 @@ class PostgresStore(SqlStore):
 
     def close(self) -> None:
         with self._lock:
-            pool, self._pool, self._outage = self._pool, None, None
+            pool, self._pool, self._outage, self._opening = self._pool, None, None, None
+            self._epoch += 1  # a connection attempt under way discards what it opens
         if pool is not None and pool[0] == os.getpid():
             pool[1].close()

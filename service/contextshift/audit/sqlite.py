@@ -10,6 +10,12 @@
   taken at the start, so a read-modify-write never sees its input change underneath, and two writers
   never deadlock upgrading from read to write.
 - `foreign_keys=ON` and the busy timeout (`?busy_timeout_ms=`, default 5000) on every connection.
+- With a bound (`store_timeout`, the server's `store_timeout_ms`): the busy timeout is at most the
+  bound, and a statement still running at the call's deadline is interrupted (`sqlite3_interrupt`,
+  from the process's watchdog: see `audit.bounds`), rolled back, and the call raises StoreTimeout;
+  the group writer's transaction goes whole. What no interrupt reaches: a read or write the
+  filesystem itself does not return from (a hung network filesystem) holds its thread until it
+  does; the readiness probe still reports the store not answering meanwhile.
 - Room: a write that adds data (`Tx.claim`) is refused (`StoreFull`) unless it fits both under
   `max_store_bytes`, counted as the database's pages in use (`page_count - freelist_count`: the
   pages a deletion frees are reused before the file grows), and in the disk's free space above
@@ -38,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from contextshift.audit import bounds
 from contextshift.audit.sql import Row, SqlStore, Tx
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
@@ -125,6 +132,7 @@ class SqliteStore(SqlStore):
         max_bytes: int | None = None,
         reserve_bytes: int = 0,
         disk_free: Callable[[Path], int] = disk_free_bytes,
+        store_timeout: float | None = None,
     ) -> None:
         if synchronous not in SYNCHRONOUS:
             raise StoreConfigError(
@@ -132,6 +140,9 @@ class SqliteStore(SqlStore):
             )
         self.path = path
         self._synchronous = synchronous
+        self._bound = store_timeout
+        if store_timeout is not None:  # waiting for the write lock is bounded too
+            busy_timeout_ms = min(busy_timeout_ms, max(1, round(store_timeout * 1e3)))
         self._busy_timeout_ms = busy_timeout_ms
         self._wal_path = Path(f"{path}-wal")
         # Made once: every write asks the disk under it for its free space (a Path made and turned
@@ -185,12 +196,18 @@ class SqliteStore(SqlStore):
         return connection
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
+        limit = bounds.deadline(self._bound)
         if not write:
-            with self._errors():
-                return self._transaction(_Tx(self._connection()), work, "BEGIN")
+            connection = self._connection()
+            with self._errors(limit=limit), _interrupted(connection, limit):
+                return self._transaction(_Tx(connection), work, "BEGIN")
         lock, connection = self._write_connection()
         room: _Room | None = None
-        with lock, self._errors(lambda: room.held_by if room else None):
+        with (
+            lock,
+            self._errors(lambda: room.held_by if room else None, limit),
+            _interrupted(connection, limit),
+        ):
             room = _Room(*self._disk_before_write(connection))
             try:
                 claim = functools.partial(self._claim, connection, room)
@@ -201,8 +218,13 @@ class SqliteStore(SqlStore):
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[Row]:
         # Autocommit: the statement is its own read transaction (no BEGIN and COMMIT to run).
-        with self._errors():
-            return _Tx(self._connection()).rows(sql, params)
+        limit = bounds.deadline(self._bound)
+        connection = self._connection()
+        with self._errors(limit=limit), _interrupted(connection, limit):
+            return _Tx(connection).rows(sql, params)
+
+    def ping(self) -> None:
+        self._query("PRAGMA schema_version", ())  # reads the database's header: the file answers
 
     @staticmethod
     def _transaction(tx: _Tx, work: Callable[[Tx], T], begin: str) -> T:
@@ -308,7 +330,11 @@ class SqliteStore(SqlStore):
             return f"the disk under it ({self._folder}) cannot say its free space: {e}"
 
     @contextmanager
-    def _errors(self, held_by: Callable[[], FullCause | None] = lambda: None) -> Iterator[None]:
+    def _errors(
+        self,
+        held_by: Callable[[], FullCause | None] = lambda: None,
+        limit: bounds.Deadline | None = None,
+    ) -> Iterator[None]:
         """SQLite's operational errors say the store cannot serve now, and the transaction was
         rolled back: a full database or disk (SQLITE_FULL: past the room a write claimed, or the
         disk itself full) is StoreFull; the others (locked past the busy timeout, I/O, a file that
@@ -324,7 +350,23 @@ class SqliteStore(SqlStore):
             if e.sqlite_errorcode == sqlite3.SQLITE_FULL:
                 cause = held_by() or FullCause.DISK
                 raise StoreFull(self.description, cause, f"SQLite: {e} ({self._disk_said()})") from e
+            if e.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT and limit is not None:
+                raise limit.timed_out(self.description) from e
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
+
+
+@contextmanager
+def _interrupted(connection: sqlite3.Connection, limit: bounds.Deadline | None) -> Iterator[None]:
+    """Interrupts the statement `connection` runs at the call's deadline (the process's watchdog),
+    until the block ends."""
+    if limit is None:
+        yield
+        return
+    watch = bounds.watch(limit.at, connection.interrupt)
+    try:
+        yield
+    finally:
+        watch.cancel()
 
 
 def _pages(connection: sqlite3.Connection) -> tuple[int, int]:

@@ -7,6 +7,7 @@ Calls block (sqlite3 and psycopg are synchronous): callers run them on a thread,
 loop. Each call is one transaction; a read-modify-write holds the write lock (SQLite `BEGIN
 IMMEDIATE`, PostgreSQL row locks) from its read to its commit. The one exception is
 `record_shifts`, which stores many shifts in one transaction (group commit, see `audit.writer`).
+A store opened with a bound ends every call past it (`StoreTimeout`; see `audit.bounds`).
 
 Room: writes that add data (a shift's generation and audit, appended blocks) claim room for it
 first, and are refused whole (`StoreFull`) when the store has none: past `max_store_bytes`, or, for
@@ -169,6 +170,13 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached, or stayed locked past its timeout: nothing was written."""
 
 
+class StoreTimeout(StoreUnavailable):
+    """The store did not answer within the call's bound (`store_timeout_ms`, or the call's own
+    deadline when sooner): the call was abandoned, and the connection it waited on thrown away.
+    Nothing of it was committed, unless the bound passed while its commit was on its way: then it
+    may have been, whole."""
+
+
 class FullCause(StrEnum):
     """What a full store ran out of (a label of metrics, and the error's metadata)."""
 
@@ -265,6 +273,11 @@ class Store(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def ping(self) -> None:
+        """Returns once the store answers a trivial query; StoreUnavailable (StoreTimeout past the
+        store's bound) when it does not. The readiness probe's question."""
+        ...
 
     def schema_version(self) -> int:
         """The schema version the store is at (0: none yet), read without migrating."""
