@@ -176,6 +176,17 @@ SETTINGS = [
         computed_default="$XDG_DATA_HOME/contextshift/contextshift.db (XDG_DATA_HOME: ~/.local/share)",
     ),
     Setting(
+        "store_timeout_ms",
+        int,
+        2000,
+        "CONTEXTSHIFT_STORE_TIMEOUT_MS",
+        "the longest a store call may take (or the call's own deadline, when sooner): past it the "
+        "call answers UNAVAILABLE (HTTP 503, with a retry delay) and the connection it waited on is "
+        "dropped; while the store does not answer within it, /readyz answers 503 and gRPC health "
+        "NOT_SERVING",
+        1,
+    ),
+    Setting(
         "audit_messages",
         bool,
         True,
@@ -306,6 +317,7 @@ class ServerConfig:
     api_keys_file: str | None
     api_keys: str | None
     store: str
+    store_timeout_ms: int
     audit_messages: bool
     model_config_file: str | None
     store_cache_seconds: float

@@ -38,7 +38,8 @@ from prometheus_client import (
 )
 
 from contextshift import profiles
-from contextshift.audit.store import ShiftRecord, Store, StoreError, StoreFull
+from contextshift.audit import bounds
+from contextshift.audit.store import ShiftRecord, Store, StoreError, StoreFull, StoreTimeout
 from contextshift.diagnostics import Diagnostic, is_fallback
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
@@ -161,6 +162,19 @@ STORE_UP = Gauge(
     ["backend"],
     multiprocess_mode="livemostrecent",
 )
+STORE_READY = Gauge(
+    "contextshift_store_ready",
+    "1 while the store answers the readiness probe within store_timeout_ms, 0 while it does not "
+    "(then /readyz answers 503 and gRPC health NOT_SERVING); the least of the live workers.",
+    ["backend"],
+    multiprocess_mode="livemin",
+)
+STORE_TIMEOUTS = Counter(
+    "contextshift_store_timeouts",
+    "Store calls ended past store_timeout_ms (or their call's deadline, when sooner), answered "
+    "UNAVAILABLE, by operation (record_shifts: a group writer's whole transaction).",
+    ["operation"],
+)
 STORE_REFUSALS = Counter(
     "contextshift_store_full",
     "Writes refused for want of room, by cause: max_store_bytes, store_reserve_bytes (SQLite: the "
@@ -179,6 +193,8 @@ RESHIFTS = Counter(
     ["backend"],
 )
 STORE_READ_SECONDS = 10.0
+# The bound of those reads (a count of every chat may take longer than a call's bound).
+STORE_READ_BOUND_SECONDS = 30.0
 
 
 @dataclass
@@ -241,7 +257,7 @@ def _read_store() -> None:
         watched.read_at = time.monotonic()
     backend = watched.store.dialect
     try:
-        usage = watched.store.usage()
+        usage = bounds.with_bound(STORE_READ_BOUND_SECONDS, watched.store.usage)
     except StoreError:
         _child(STORE_UP, backend).set(0)
         return
@@ -328,6 +344,11 @@ def record_reshift(backend: str) -> None:
     _child(RESHIFTS, backend).inc()
 
 
+def record_store_ready(backend: str, ready: bool) -> None:
+    """The readiness probe's finding (`api.readiness`)."""
+    _child(STORE_READY, backend).set(1 if ready else 0)
+
+
 def record_deleted_chats(by: str, count: int = 1) -> None:
     """Chats deleted, `by` a request (DeleteChat) or the retention."""
     _child(CHATS_DELETED, by).inc(count)
@@ -345,7 +366,7 @@ def observe_store(operation: str) -> Iterator[None]:
 
 
 def _timed(name: str, operation: Callable[..., T]) -> Callable[..., T]:
-    """`operation` timed under `name`, its refusals for want of room counted."""
+    """`operation` timed under `name`, its refusals for want of room and its timeouts counted."""
 
     @functools.wraps(operation)
     def timed(*args: Any, **kwargs: Any) -> T:
@@ -355,15 +376,18 @@ def _timed(name: str, operation: Callable[..., T]) -> Callable[..., T]:
             except StoreFull as e:
                 _child(STORE_REFUSALS, e.cause.value).inc()
                 raise
+            except StoreTimeout:
+                _child(STORE_TIMEOUTS, name).inc()
+                raise
 
     return timed
 
 
 class _TimedStore:
     """A store whose every call is timed into contextshift_store_operation_duration_seconds, under
-    the method's name (audit, record_shifts, finish, history, ...), and whose refusals for want of
+    the method's name (audit, record_shifts, finish, history, ...), whose refusals for want of
     room are counted into contextshift_store_full_total (raised, or among `record_shifts`'
-    outcomes)."""
+    outcomes), and whose calls past their bound into contextshift_store_timeouts_total."""
 
     def __init__(self, store: Store) -> None:
         self._store = store

@@ -51,10 +51,11 @@ from contextshift.api.grpc.services import CONTEXT_SERVICE, MethodResolvingPool,
 from contextshift.api.http import serving
 from contextshift.api.http.app import HttpApi
 from contextshift.api.logs import setup_logging
+from contextshift.api.readiness import StoreReadiness
 from contextshift.api.service import model_configs
 from contextshift.api.service.gate import Gate
 from contextshift.api.service.servicer import ContextShiftService
-from contextshift.audit import open_store
+from contextshift.audit import bounds, open_store
 from contextshift.audit.store import Store, StoreConfigError, StoreError, now_ms, redacted
 from contextshift.audit.writer import GroupWriter
 from contextshift.budget import Budget
@@ -64,6 +65,9 @@ from contextshift.summarizer import llm
 log = logging.getLogger("contextshift.api")
 
 PRUNE_INTERVAL_SECONDS = 3600.0
+# The bound of the housekeeping's store calls (a day's generations pruned at once may take longer
+# than a call's bound).
+HOUSEKEEPING_BOUND_SECONDS = 60.0
 RETENTION_BATCH = 500  # idle chats listed at a time
 
 
@@ -120,7 +124,10 @@ async def _prune_hourly(store: Store, executor: ThreadPoolExecutor, config: Serv
     while True:
         await asyncio.sleep(PRUNE_INTERVAL_SECONDS)
         try:
-            await loop.run_in_executor(executor, prune_generations, store, config)
+            prune = functools.partial(
+                bounds.with_bound, HOUSEKEEPING_BOUND_SECONDS, prune_generations, store, config
+            )
+            await loop.run_in_executor(executor, prune)
         except StoreError as e:
             log.warning("pruning generations failed", extra={"fields": {"error": str(e)}})
 
@@ -132,11 +139,15 @@ async def delete_idle_chats(store: Store, executor: ThreadPoolExecutor, retentio
     loop = asyncio.get_running_loop()
     cutoff = now_ms() - round(retention_days * 86_400_000)
     deleted = 0
+    bound = HOUSEKEEPING_BOUND_SECONDS
     while True:
-        chats = await loop.run_in_executor(executor, store.idle_chats, cutoff, RETENTION_BATCH)
+        idle = functools.partial(bounds.with_bound, bound, store.idle_chats, cutoff, RETENTION_BATCH)
+        chats = await loop.run_in_executor(executor, idle)
         gone = 0
         for tenant, chat_id in chats:
-            delete = functools.partial(store.delete_chat, tenant, chat_id, idle_before_ms=cutoff)
+            delete = functools.partial(
+                bounds.with_bound, bound, store.delete_chat, tenant, chat_id, idle_before_ms=cutoff
+            )
             gone += await loop.run_in_executor(executor, delete)
         deleted += gone
         if len(chats) < RETENTION_BATCH or not gone:
@@ -237,18 +248,21 @@ async def start(
         ],
         maximum_concurrent_rpcs=config.max_concurrent_rpcs,
     )
-    executor = ThreadPoolExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
-    io_executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="contextshift-io")
+    # Their tasks see the submitting call's context: its deadline bounds its store calls.
+    executor = bounds.ContextExecutor(config.engine_threads, thread_name_prefix="contextshift-engine")
+    io_executor = bounds.ContextExecutor(config.io_threads, thread_name_prefix="contextshift-io")
     store = metrics.timed_store(
         open_store(
             config.store,
             pool_size=config.engine_threads,
             max_bytes=config.max_store_bytes,
             reserve_bytes=config.store_reserve_bytes,
+            timeout_ms=config.store_timeout_ms,
         )
     )
     metrics.watch_store(store, max_bytes=config.max_store_bytes)
-    await asyncio.get_running_loop().run_in_executor(executor, store.migrate)  # no-op when current
+    # A no-op when current; unbounded otherwise (a migration may rewrite tables).
+    await asyncio.get_running_loop().run_in_executor(executor, bounds.with_bound, None, store.migrate)
     writer = GroupWriter(store)
     defaults = Budget(config.context_size, config.max_output_tokens)
     service = ContextShiftService(
@@ -314,6 +328,18 @@ async def start(
         },
     )
     housekeeping = [asyncio.create_task(_prune_hourly(store, executor, config))]
+
+    async def store_readiness(problem: str | None) -> None:
+        api.store_problem = problem
+        ready = problem is None
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if ready else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ["", *services]:
+            await health_servicer.set(name, status)  # ignored once a drain began
+
+    readiness = StoreReadiness(store, config.store_timeout_ms / 1e3, store_readiness)
+    housekeeping.append(asyncio.create_task(readiness.run()))
     if config.chat_retention_days is not None:
         housekeeping.append(asyncio.create_task(_expire_chats(store, executor, config.chat_retention_days)))
     return Server(

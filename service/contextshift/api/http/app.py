@@ -9,11 +9,12 @@ reply as JSON, the error status as google.rpc.Status JSON with its HTTP status.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from google.protobuf import message_factory
-from google.rpc import code_pb2, status_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -68,8 +69,21 @@ def _http_status(status: status_pb2.Status, cause: BaseException | None) -> int:
 
 def _error_response(failed: CallFailed) -> Response:
     code = _http_status(failed.status, failed.cause)
-    headers = {"www-authenticate": "Bearer"} if code == 401 else None
+    headers = {"www-authenticate": "Bearer"} if code == 401 else {}
+    delay = _retry_delay(failed.status)
+    if delay is not None:  # whole seconds, at least one (RFC 9110)
+        headers["retry-after"] = str(max(1, math.ceil(delay)))
     return JSONResponse(error_json(failed.status, code), status_code=code, headers=headers)
+
+
+def _retry_delay(status: status_pb2.Status) -> float | None:
+    """The seconds the status's RetryInfo asks a client to wait before retrying, if it has one."""
+    for detail in status.details:
+        if detail.Is(error_details_pb2.RetryInfo.DESCRIPTOR):
+            info = error_details_pb2.RetryInfo()
+            detail.Unpack(info)
+            return float(info.retry_delay.ToTimedelta().total_seconds())
+    return None
 
 
 def _dispatch(
@@ -111,6 +125,8 @@ class HttpApi:
         self._max_request_bytes = max_request_bytes
         self._validator = RequestValidator(OPERATIONS)
         self.ready = True  # False from the start of a drain: /readyz answers 503
+        # Why the store is not ready (`api.readiness`; /readyz answers 503), None while it is.
+        self.store_problem: str | None = None
 
     def app(self) -> Starlette:
         # One route per path with all its methods: a 405 then lists every method the path takes.
@@ -177,9 +193,14 @@ class HttpApi:
         return JSONResponse({"status": "SERVING"})
 
     async def _readyz(self, request: Request) -> Response:
-        if self.ready:
-            return JSONResponse({"status": "SERVING"})
-        return JSONResponse({"status": "NOT_SERVING", "message": "draining: shutting down"}, status_code=503)
+        if not self.ready:
+            return JSONResponse(
+                {"status": "NOT_SERVING", "message": "draining: shutting down"}, status_code=503
+            )
+        if self.store_problem is not None:
+            message = f"the store does not answer: {self.store_problem}"
+            return JSONResponse({"status": "NOT_SERVING", "message": message}, status_code=503)
+        return JSONResponse({"status": "SERVING"})
 
     async def _metrics(self, request: Request) -> Response:
         return Response(await asyncio.to_thread(metrics.render), media_type=metrics.CONTENT_TYPE)

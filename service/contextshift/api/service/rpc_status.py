@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
@@ -32,6 +32,8 @@ from contextshift.errors import (
 )
 
 DOMAIN = "contextshift.v1"
+# The retry delay an UNAVAILABLE store answer asks for (RetryInfo; HTTP Retry-After).
+STORE_RETRY_SECONDS = 1
 _ROOT = re.compile(r"[a-z_]*")  # a field path's first name
 
 # Library field paths that name request fields by another name.
@@ -149,7 +151,8 @@ def status_of(error: Exception) -> status_pb2.Status | None:
         info = _error_info(ErrorReason.STORE_FULL, {"cause": error.cause})
         return _status(code_pb2.RESOURCE_EXHAUSTED, message, info)
     if isinstance(error, StoreUnavailable):
-        return _status(code_pb2.UNAVAILABLE, f"the store is unavailable: {error}")
+        retry = error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=STORE_RETRY_SECONDS))
+        return _status(code_pb2.UNAVAILABLE, f"the store is unavailable: {error}", retry)
     if isinstance(error, RequestError):
         if error.reason is not None:
             return _status(error.code, message, _error_info(error.reason, error.metadata))
