@@ -7,7 +7,8 @@
 #   make fuzz        every cargo-fuzz target for FUZZ_SECONDS each (60 by default, as CI runs it)
 #   make proto       regenerate service/contextshift/_proto from proto/ (committed; a test checks it)
 #   make docs        regenerate docs/api.md and docs/configuration.md's settings table (a test checks them)
-#   make go-tools    buf, the Go protoc plugins and ghz (pinned, from the Go module proxy) into .venv/bin
+#   make go-tools    buf, the Go protoc plugins, ghz and toxiproxy-server (pinned, from the Go module
+#                    proxy) into .venv/bin
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,6 +21,11 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 GHZ_VERSION := v0.120.0
 GO_TOOLS := $(VENV)/.go-tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GO_GRPC_VERSION)-$(GHZ_VERSION)
+# Toxiproxy (a TCP proxy whose faults the tests set through its HTTP API: a network gone silent
+# between the server and PostgreSQL): its command is named `server`, so it is built apart and
+# installed as toxiproxy-server.
+TOXIPROXY_VERSION := v2.12.0
+TOXIPROXY := $(VENV)/.toxiproxy-$(TOXIPROXY_VERSION)
 
 .PHONY: install-dev build-dev lint test test-fast test-rust test-python prerequisites benchmark fuzz clean proto proto-check docs go-tools
 
@@ -45,7 +51,13 @@ $(GO_TOOLS): $(STAMP)
 	GOBIN=$(GOBIN) go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 	touch $(GO_TOOLS)
 
-go-tools: $(GO_TOOLS)
+$(TOXIPROXY): $(STAMP)
+	GOBIN=$(abspath $(VENV))/toxiproxy-build go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv $(VENV)/toxiproxy-build/server $(GOBIN)/toxiproxy-server
+	rmdir $(VENV)/toxiproxy-build
+	touch $(TOXIPROXY)
+
+go-tools: $(GO_TOOLS) $(TOXIPROXY)
 
 proto: $(STAMP)
 	$(PY) proto/generate_python.py
@@ -76,7 +88,7 @@ test-rust:
 
 # The Go client test (tests/integration) runs buf generate and go test with the tools above; the
 # reflection test runs ghz.
-test-python: build-dev $(GO_TOOLS)
+test-python: build-dev $(GO_TOOLS) $(TOXIPROXY)
 	$(VENV)/bin/pytest -q
 
 # The tools make test needs beyond .venv, checked before anything is built (tests/prerequisites.py).
