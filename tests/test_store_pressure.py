@@ -225,7 +225,16 @@ def test_the_second_migration_keeps_the_histories_stored_before_it(
             ),
             write=True,
         )
-        store.record_shift("", shifted("before", now_ms() - 30 * DAY_MS), audit_bytes(500))
+        before = shifted("before", now_ms() - 30 * DAY_MS)
+
+        def shift_as_the_first_schema_stored_it(tx: Any) -> None:
+            tx.run(sql.RECORD_GENERATION, sql.generation_params("", before))
+            tx.run(
+                "INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?)",
+                ("", before.chat_id, before.generation_id, audit_bytes(500)),
+            )
+
+        store._run(shift_as_the_first_schema_stored_it, write=True)  # type: ignore[attr-defined]
         monkeypatch.undo()
         migrated_at = now_ms()
         assert store.migrate() == migrations.LATEST and store.schema_version() == migrations.LATEST

@@ -169,6 +169,26 @@ MIGRATIONS = (
             "(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM chat_blocks) WHERE shard = 0",
         ),
     ),
+    Migration(
+        3,
+        "audits: when each was shifted and its kept and excluded counts, indexed for ListChats",
+        (
+            # When the audit's shift ran (its generation's created_ms, which a report never
+            # changes), and its counts: NULL for the audits stored before, which are not known
+            # without decoding their payloads (the store never does; a chat's next shift stores
+            # them).
+            "ALTER TABLE audits ADD COLUMN created_ms BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE audits ADD COLUMN kept_count BIGINT",
+            "ALTER TABLE audits ADD COLUMN excluded_count BIGINT",
+            "UPDATE audits SET created_ms = (SELECT g.created_ms FROM generations g "
+            "WHERE g.tenant = audits.tenant AND g.generation_id = audits.generation_id)",
+            # A tenant's chats, the most recently shifted first, a page at a time: the index holds
+            # every column of the audit the listing reads, so it never reads the audit's row (in
+            # SQLite, the new columns come after the payload, which may run over many pages).
+            "CREATE INDEX audits_by_time ON audits "
+            "(tenant, created_ms, chat_id, generation_id, kept_count, excluded_count)",
+        ),
+    ),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -63,7 +63,16 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from contextshift.audit import bounds
-from contextshift.audit.sql import AUDIT_UPSERT, RECORD_GENERATION, Row, SqlStore, Tx, generation_params
+from contextshift.audit.sql import (
+    AUDIT_LISTED,
+    AUDIT_UPSERT,
+    RECORD_GENERATION,
+    Row,
+    SqlStore,
+    Tx,
+    generation_params,
+    listed_params,
+)
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
     FullCause,
@@ -102,7 +111,8 @@ RETRIES = 3
 # generation id belongs to another chat.
 RECORD_SHIFT = (
     f"WITH g AS ({RECORD_GENERATION} RETURNING generation_id) "
-    f"INSERT INTO audits (tenant, chat_id, generation_id, payload) SELECT ?, ?, generation_id, ? FROM g {AUDIT_UPSERT}"
+    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_LISTED}) "
+    f"SELECT ?, ?, generation_id, ?, ?, ?, ? FROM g {AUDIT_UPSERT}"
 )
 
 
@@ -513,7 +523,13 @@ class PostgresStore(SqlStore):
             if r.audit is None
             else connection.execute(
                 _sql(RECORD_SHIFT),
-                (*generation_params(r.tenant, r.generation), r.tenant, r.generation.chat_id, r.audit),
+                (
+                    *generation_params(r.tenant, r.generation),
+                    r.tenant,
+                    r.generation.chat_id,
+                    r.audit,
+                    *listed_params(r),
+                ),
             )
             for r in records
         ]

@@ -22,6 +22,8 @@ from contextshift.audit.store import (
     AlreadyFinished,
     AuditChanged,
     AuditKey,
+    ChatCursor,
+    ChatSummary,
     Finished,
     Generation,
     GenerationIdInUse,
@@ -77,10 +79,14 @@ RECORD_GENERATION = (
     "reported_prompt_tokens = NULL, finished_ms = NULL "
     "WHERE generations.chat_id = excluded.chat_id"
 )
+# An audit's columns beside its payload, for ListChats (migration 3): when its shift ran (its
+# generation's created_ms), and its kept and excluded counts (`listed_params`).
+AUDIT_LISTED = "created_ms, kept_count, excluded_count"
 # A chat's audit replaces its last one.
 AUDIT_UPSERT = (
     "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
-    "payload = excluded.payload"
+    "payload = excluded.payload, created_ms = excluded.created_ms, kept_count = excluded.kept_count, "
+    "excluded_count = excluded.excluded_count"
 )
 _CALIBRATION = "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?"
 _AUDIT = (
@@ -93,6 +99,17 @@ _CURRENT_AUDITS = (
     "SELECT a.tenant, a.chat_id, g.generation_id, g.created_ms FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE (a.tenant, a.chat_id) IN (VALUES {})"
 )
+# A page of a tenant's chats, newest first (`Store.chats`): the audits through their index on
+# (tenant, created_ms, chat_id, ...), which holds every audit column read, each joined to its
+# generation by its primary key. `CHATS_AFTER` starts after a chat: its first condition bounds the
+# index range, its second leaves out the chats of the same millisecond up to that one.
+_CHATS_PAGE = (
+    f"SELECT a.kept_count, a.excluded_count, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} "
+    "FROM audits a JOIN generations g ON g.tenant = a.tenant AND g.generation_id = a.generation_id "
+    "WHERE a.tenant = ?{} ORDER BY a.created_ms DESC, a.chat_id DESC LIMIT ?"
+)
+CHATS_FIRST = _CHATS_PAGE.format("")
+CHATS_AFTER = _CHATS_PAGE.format(" AND a.created_ms <= ? AND (a.created_ms < ? OR a.chat_id < ?)")
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
 # The room a shift's generation claims without an audit: one row.
 GENERATION_BYTES = 128
@@ -192,6 +209,11 @@ def _used_since(tx: Tx, tenant: str, chat_id: str, since_ms: int) -> bool:
     return any(used_ms >= since_ms for (used_ms,) in times)
 
 
+def listed_params(r: ShiftRecord) -> tuple[int, int | None, int | None]:
+    """The values of `AUDIT_LISTED` for a record's audit."""
+    return (r.generation.created_ms, r.kept, r.excluded)
+
+
 def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
     """The parameters of `RECORD_GENERATION`."""
     return (
@@ -282,6 +304,11 @@ class SqlStore(ABC):
                 "WHERE g.generation_id IS NULL OR g.chat_id <> a.chat_id"
             ):
                 found.append(f"audit of chat {chat_id!r} (tenant {tenant!r}) has no generation of its chat")
+            for tenant, chat_id in tx.rows(
+                "SELECT a.tenant, a.chat_id FROM audits a JOIN generations g "
+                "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE g.created_ms <> a.created_ms"
+            ):
+                found.append(f"audit of chat {chat_id!r} (tenant {tenant!r}) is not listed at its shift's time")
             for tenant, chat_id, count, top in tx.rows(
                 "SELECT tenant, chat_id, COUNT(*), MAX(position) FROM chat_blocks GROUP BY tenant, chat_id"
             ):
@@ -389,8 +416,9 @@ class SqlStore(ABC):
             written = tx.run(RECORD_GENERATION, generation_params(r.tenant, g)) > 0
             if written and r.audit is not None:
                 tx.run(
-                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload) VALUES (?, ?, ?, ?) {AUDIT_UPSERT}",
-                    (r.tenant, g.chat_id, g.generation_id, r.audit),
+                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_LISTED}) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?) {AUDIT_UPSERT}",
+                    (r.tenant, g.chat_id, g.generation_id, r.audit, *listed_params(r)),
                 )
             stored.append(written)
         return stored
@@ -475,6 +503,14 @@ class SqlStore(ABC):
 
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
         return _stored_audit(self._query(_AUDIT, (tenant, chat_id)))
+
+    def chats(self, tenant: str, limit: int, after: ChatCursor | None = None) -> list[ChatSummary]:
+        if after is None:
+            rows = self._query(CHATS_FIRST, (tenant, limit))
+        else:
+            created_ms, chat_id = after
+            rows = self._query(CHATS_AFTER, (tenant, created_ms, created_ms, chat_id, limit))
+        return [ChatSummary(_generation(row[2:]), row[0], row[1]) for row in rows]
 
     def delete_chat(self, tenant: str, chat_id: str, *, idle_before_ms: int | None = None) -> bool:
         def work(tx: Tx) -> bool:

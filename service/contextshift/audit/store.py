@@ -111,10 +111,29 @@ class ShiftRecord:
     generation: Generation
     audit: bytes | None
     made_on: AuditKey | Unchecked | None = UNCHECKED
+    # The blocks the audit records as sent (a summary block included) and as left out, stored
+    # beside it for ListChats; None: not known (stored as such).
+    kept: int | None = None
+    excluded: int | None = None
 
 
 def audit_key(generation: Generation) -> AuditKey:
     return (generation.generation_id, generation.created_ms)
+
+
+@dataclass(frozen=True)
+class ChatSummary:
+    """A chat with an audit, as `Store.chats` lists it: its audit's generation (with its current
+    status), and the counts stored with the audit (None: stored before the store kept them)."""
+
+    generation: Generation
+    kept: int | None
+    excluded: int | None
+
+
+# Where a page of `Store.chats` starts: after the chat (its audit's created ms, its id) that ended
+# the page before.
+ChatCursor = tuple[int, str]
 
 
 @dataclass(frozen=True)
@@ -287,8 +306,8 @@ class Store(Protocol):
 
     def problems(self) -> list[str]:
         """Integrity problems found (empty when none): the database's own check where it has one,
-        and the store's invariants (every audit's generation exists and is of its chat, history
-        positions run 0..n-1, counts belong to stored blocks)."""
+        and the store's invariants (every audit's generation exists and is of its chat, with the
+        audit's time, history positions run 0..n-1, counts belong to stored blocks)."""
         ...
 
     # Shifts.
@@ -321,6 +340,12 @@ class Store(Protocol):
 
     # Audits and chats.
     def audit(self, tenant: str, chat_id: str) -> StoredAudit | None: ...
+
+    def chats(self, tenant: str, limit: int, after: ChatCursor | None = None) -> list[ChatSummary]:
+        """Up to `limit` of the tenant's chats with an audit, the most recently shifted first (by
+        their audit's shift; ties by chat id, descending), from the one after `after` on: one
+        indexed query, which reads no payload."""
+        ...
 
     def delete_chat(self, tenant: str, chat_id: str, *, idle_before_ms: int | None = None) -> bool:
         """Deletes the chat's audit, generations, stored history and stored counts; False when

@@ -170,8 +170,11 @@ def record(
     messages: bool,
 ) -> ShiftRecord:
     """What the group writer stores of a ShiftContext: its generation and, with a chat, its audit
-    (checked against the chat's audit `made_on`, the one its previous prompt came from)."""
-    payload = None
-    if shifted.request.chat_id:
-        payload = encode(shifted, generation_id, created_ms, timings, messages=messages)
-    return ShiftRecord(tenant, generation(shifted, generation_id, created_ms), payload, made_on)
+    (checked against the chat's audit `made_on`, the one its previous prompt came from) with its
+    kept and excluded counts (ListChats; as the audit's blocks count them, a summary kept)."""
+    g = generation(shifted, generation_id, created_ms)
+    if not shifted.request.chat_id:
+        return ShiftRecord(tenant, g, None, made_on)
+    payload = encode(shifted, generation_id, created_ms, timings, messages=messages)
+    result = shifted.result
+    return ShiftRecord(tenant, g, payload, made_on, result.kept_count, result.excluded_count)
