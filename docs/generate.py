@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT / "proto"))  # the generator of the Python code runs
 from generate_python import run_protoc  # noqa: E402
 from google.protobuf import descriptor_pb2  # noqa: E402
 
+from contextshift._proto.contextshift.v1 import context_service_pb2  # noqa: E402
 from contextshift.api.config import SETTINGS, Setting  # noqa: E402
 from contextshift.api.http import openapi  # noqa: E402
 from contextshift.api.http.routes import OPERATIONS  # noqa: E402
@@ -39,6 +40,7 @@ FIELD, NESTED, NESTED_ENUM = 2, 3, 4
 VALUE, METHOD = 2, 2
 PACKAGE = 2
 
+_METHODS = context_service_pb2.DESCRIPTOR.services_by_name["ContextShiftService"].methods_by_name
 _TYPES = {
     number: name.removeprefix("TYPE_").lower()
     for name, number in descriptor_pb2.FieldDescriptorProto.Type.items()
@@ -144,6 +146,10 @@ def _http_routes() -> Iterator[str]:
     yield "|---|---|---|---|"
     for op in OPERATIONS:
         body = "" if op.body else " (no body)"
+        if op.query:
+            request = _METHODS[op.rpc].input_type
+            names = ", ".join(f"`{request.fields_by_name[name].json_name}`" for name in op.query)
+            body = f" (no body; in the query: {names})"
         yield f"| `{op.http_method}` | `{op.path}` | [{op.rpc}](#{op.rpc.lower()}) | {_cell(op.summary)}{body} |"
     yield (
         "\nAlso `GET /healthz` (the process is up), `GET /readyz` (503 while draining), `GET /metrics` "

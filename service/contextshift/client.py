@@ -516,6 +516,14 @@ class Client:
             self._stub.GetContextAudit, pb.GetContextAuditRequest(chat_id=chat_id), timeout
         ).audit
 
+    def list_chats(
+        self, page_size: int = 0, page_token: str = "", *, timeout: float | None = None
+    ) -> pb.ListChatsResponse:
+        """A page of the tenant's chats with an audit, newest first (`page_size` 0: 50, at most
+        1000); pass its `next_page_token` as `page_token` for the next page (empty: none)."""
+        request = pb.ListChatsRequest(page_size=page_size, page_token=page_token)
+        return self._call(self._stub.ListChats, request, timeout)
+
     def delete_chat(self, chat_id: str, *, timeout: float | None = None) -> bool:
         """Deletes the chat's audit, generations, history and counts; whether it had any."""
         return bool(self._call(self._stub.DeleteChat, pb.DeleteChatRequest(chat_id=chat_id), timeout).deleted)
@@ -635,6 +643,12 @@ class AsyncClient:
     async def get_context_audit(self, chat_id: str, *, timeout: float | None = None) -> pb.ContextAudit:
         request = pb.GetContextAuditRequest(chat_id=chat_id)
         return (await self._call(self._stub.GetContextAudit, request, timeout)).audit
+
+    async def list_chats(
+        self, page_size: int = 0, page_token: str = "", *, timeout: float | None = None
+    ) -> pb.ListChatsResponse:
+        request = pb.ListChatsRequest(page_size=page_size, page_token=page_token)
+        return await self._call(self._stub.ListChats, request, timeout)
 
     async def delete_chat(self, chat_id: str, *, timeout: float | None = None) -> bool:
         return bool(

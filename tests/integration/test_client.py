@@ -28,6 +28,7 @@ METHODS = {
     "CountTokens": "count_tokens",
     "ListTokenizerProfiles": "list_profiles",
     "GetContextAudit": "get_context_audit",
+    "ListChats": "list_chats",
     "FinishGeneration": "finish_generation",
     "DeleteChat": "delete_chat",
     "AppendBlocks": "append_blocks",

@@ -819,6 +819,7 @@ def test_reflection_lists_and_describes_the_service(channel: grpc.Channel) -> No
         "CountTokens",
         "ListTokenizerProfiles",
         "GetContextAudit",
+        "ListChats",
         "FinishGeneration",
         "DeleteChat",
         "ListStrategies",

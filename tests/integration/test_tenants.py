@@ -35,6 +35,7 @@ REQUESTS: dict[str, Any] = {
     "CountTokens": pb.CountTokensRequest(items=[pb.CountItem(text="hi")]),
     "ListTokenizerProfiles": pb.ListTokenizerProfilesRequest(),
     "GetContextAudit": pb.GetContextAuditRequest(chat_id="chat-1"),
+    "ListChats": pb.ListChatsRequest(),
     "FinishGeneration": pb.FinishGenerationRequest(generation_id="g", status=pb.GENERATION_STATUS_COMPLETED),
     "DeleteChat": pb.DeleteChatRequest(chat_id="chat-1"),
     "ListStrategies": pb.ListStrategiesRequest(),
@@ -435,6 +436,44 @@ def test_a_tenant_never_reaches_another_tenants_chat(
     assert (
         call_rpc(keyed, "FinishGeneration", finish, metadata(owner)).status == pb.GENERATION_STATUS_COMPLETED
     )
+
+
+def listed_chats(server: ServerProcess, tenant: str, page_token: str = "") -> list[pb.ChatSummary]:
+    """Every chat of the tenant's listing from `page_token` on, page by page (pages of 7)."""
+    found: list[pb.ChatSummary] = []
+    while True:
+        request = pb.ListChatsRequest(page_size=7, page_token=page_token)
+        page = call_rpc(server, "ListChats", request, metadata(tenant))
+        found += page.chats
+        page_token = page.next_page_token
+        if not page_token:
+            return found
+
+
+def test_a_tenant_lists_only_its_own_chats_over_grpc_and_http(keyed: ServerProcess) -> None:
+    """Each tenant has a chat of its own and one under an id both use: every page of its listing,
+    over gRPC and HTTP, holds its own chats with its own generations, none of the other's, and a
+    page token of the other's listing only says where its own listing goes on."""
+    mark = uuid.uuid4().hex
+    shifted: dict[str, dict[str, str]] = {}
+    for tenant in KEYS:
+        for chat in (f"{tenant}-only-{mark}", f"both-{mark}"):
+            request = pb.ShiftContextRequest(blocks_json=TEXT, chat_id=chat, provider=tenant)
+            response = call_rpc(keyed, "ShiftContext", request, metadata(tenant))
+            shifted.setdefault(tenant, {})[chat] = response.generation_id
+    listed = {tenant: listed_chats(keyed, tenant) for tenant in KEYS}
+    for tenant, chats in listed.items():
+        assert {c.chat_id: c.generation_id for c in chats if c.chat_id.endswith(mark)} == shifted[tenant]
+        theirs = {c.generation_id for c in listed[other(tenant)]}
+        assert theirs and not theirs & {c.generation_id for c in chats}
+        with httpx.Client(base_url=keyed.http_url, timeout=10) as client:
+            answer = client.get("/api/v2/chats", params={"pageSize": 1000}, headers=headers(tenant))
+        assert [c["generationId"] for c in answer.json()["chats"]] == [c.generation_id for c in chats]
+    # The other tenant's page token: where this tenant's own listing goes on, nothing of the other's.
+    token = call_rpc(keyed, "ListChats", pb.ListChatsRequest(page_size=1), metadata("acme")).next_page_token
+    assert token and {c.generation_id for c in listed_chats(keyed, "globex", token)} <= {
+        c.generation_id for c in listed["globex"]
+    }
 
 
 @pytest.mark.parametrize("tenant", sorted(KEYS))

@@ -79,6 +79,11 @@ RULES: Mapping[str, Mapping[str, Rule]] = {
         "profiles": _PROFILE_NAME,
     },
     "contextshift.v1.GetContextAuditRequest": {"chat_id": _REQUIRED_ID},
+    # page_size 0: the default page; above the largest page: the largest (AIP-158).
+    "contextshift.v1.ListChatsRequest": {
+        "page_size": Rule(minimum=0),
+        "page_token": Rule(format="contextshift-page-token"),
+    },
     "contextshift.v1.DeleteChatRequest": {"chat_id": _REQUIRED_ID},
     "contextshift.v1.AppendBlocksRequest": {"chat_id": _REQUIRED_ID, "model": _ID, "profile": _PROFILE},
     "contextshift.v1.FinishGenerationRequest": {

@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import metrics
 from contextshift.api.http import openapi
-from contextshift.api.http.messages import error_json, http_status, message_json, read_message
+from contextshift.api.http.messages import error_json, http_status, message_json, read_message, read_query
 from contextshift.api.http.openapi import RequestValidator
 from contextshift.api.http.routes import OPERATIONS, Operation
 from contextshift.api.service.gate import CallFailed, Gate
@@ -174,6 +174,8 @@ class HttpApi:
                 read_message(await self._body(request), message, self._validator, op.rpc)
             if op.path_field is not None:
                 setattr(message, op.path_field, request.path_params["id"])
+            if op.query:
+                read_query(request.query_params.multi_items(), message, op.query)
             if encoded:
                 reply = response_type.FromString(await behavior(message.SerializeToString()))
             else:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from google.protobuf import json_format
@@ -105,6 +106,34 @@ def read_message(body: bytes, message: Message, validator: RequestValidator, rpc
         if unknown:
             path.append(unknown.group(1))
         raise invalid(".".join(path) or "body", text) from None
+
+
+def read_query(params: Iterable[tuple[str, str]], message: Message, fields: Sequence[str]) -> None:
+    """Sets the request fields a route takes from its query string (`Operation.query`), each named
+    by the .proto's name or the JSON mapping's and read as the JSON mapping reads a string (an
+    empty value leaves the field unset). A parameter the route does not take, or one given twice,
+    is INVALID_ARGUMENT naming it."""
+    descriptor = message.DESCRIPTOR
+    taken = {}
+    for name in fields:
+        field = descriptor.fields_by_name[name]
+        taken[name] = taken[field.json_name] = field
+    given: dict[str, str] = {}
+    for key, value in params:
+        found = taken.get(key)
+        if found is None:
+            names = ", ".join(descriptor.fields_by_name[name].json_name for name in fields)
+            raise invalid(key, f"unknown query parameter: this route takes {names}")
+        if found.name in given:
+            raise invalid(found.name, "given more than once in the query")
+        given[found.name] = value
+    for name, value in given.items():
+        if not value:
+            continue
+        try:
+            json_format.ParseDict({taken[name].json_name: value}, message)
+        except (json_format.ParseError, ValueError) as e:
+            raise invalid(name, str(e).splitlines()[0]) from None
 
 
 def message_json(message: Message) -> dict[str, Any]:

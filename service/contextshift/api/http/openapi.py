@@ -155,7 +155,7 @@ class _Schemas:
         if message is not None and message.GetOptions().map_entry:
             return {
                 "type": ["object", "null"],
-                "additionalProperties": self._single(message.fields_by_name["value"]),
+                "additionalProperties": self.single(message.fields_by_name["value"]),
             }
         if field.name in JSON_TEXT_FIELDS:  # also the array itself (see api.http.messages)
             what = JSON_TEXT_FIELDS[field.name]
@@ -164,7 +164,7 @@ class _Schemas:
                 "items": {"type": "object"},
                 "description": f"The {what}: a JSON array, or its text.",
             }
-        single = self._single(field, rule)
+        single = self.single(field, rule)
         if field.is_repeated:
             return {"type": ["array", "null"], "items": single}
         if (rule is not None and rule.required) or (
@@ -173,7 +173,8 @@ class _Schemas:
             return single
         return {"anyOf": [single, {"type": "null"}]} if "$ref" in single else _nullable(single)
 
-    def _single(self, field: FieldDescriptor, rule: rules.Rule | None = None) -> dict[str, Any]:
+    def single(self, field: FieldDescriptor, rule: rules.Rule | None = None) -> dict[str, Any]:
+        """The schema of one value of a field (an element of a repeated one)."""
         rule = rule or rules.Rule()
         if field.message_type is not None:
             return self.ref(field.message_type)
@@ -200,14 +201,13 @@ class _Schemas:
             return {"type": "string", "contentEncoding": "base64"}
         if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
             return {"type": "number"}
-        if field.type in _INT32:
-            low, high = _INT32[field.type]
-            return {"type": "integer", "minimum": low, "maximum": high}
-        low, high = _INT64[field.type]
+        low, high = _INT32[field.type] if field.type in _INT32 else _INT64[field.type]
         if rule.minimum is not None:
             low = rule.minimum
         if rule.maximum is not None:
             high = rule.maximum
+        if field.type in _INT32:
+            return {"type": "integer", "minimum": low, "maximum": high}
         # The JSON mapping writes 64-bit integers as decimal strings and reads both forms.
         return {
             "anyOf": [
@@ -334,8 +334,9 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
             **_error_responses(),
         },
     }
+    parameters: list[dict[str, Any]] = []
     if op.path_field is not None:
-        operation["parameters"] = [
+        parameters.append(
             {
                 "name": "id",
                 "in": "path",
@@ -343,7 +344,21 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
                 "description": f"The request's `{op.path_field}`.",
                 "schema": dict(_ID_PARAMETER),
             }
-        ]
+        )
+    own = rules.RULES.get(method.input_type.full_name, {})
+    for name in op.query:  # named as the JSON mapping names them (the .proto's name is read too)
+        field = method.input_type.fields_by_name[name]
+        parameters.append(
+            {
+                "name": field.json_name,
+                "in": "query",
+                "required": False,
+                "description": f"The request's `{name}`.",
+                "schema": schemas.single(field, own.get(name)),
+            }
+        )
+    if parameters:
+        operation["parameters"] = parameters
     if op.body:
         operation["requestBody"] = {
             "required": True,

@@ -16,8 +16,12 @@ class Operation:
     summary: str
     # The request field the path's `{id}` sets, if any.
     path_field: str | None = None
-    # Whether the request message comes in the body (else it is empty but for `path_field`).
+    # Whether the request message comes in the body (else it is empty but for `path_field` and
+    # `query`).
     body: bool = True
+    # The request fields the query string sets (`?page_size=10`, by the .proto's name or the JSON
+    # mapping's), each at most once; any other query parameter is refused.
+    query: tuple[str, ...] = ()
 
 
 OPERATIONS = [
@@ -40,6 +44,15 @@ OPERATIONS = [
         "The last audit of a chat of the caller's tenant (GetContextAudit).",
         path_field="chat_id",
         body=False,
+    ),
+    Operation(
+        "GET",
+        "/api/v2/chats",
+        "ListChats",
+        "A page of the caller's tenant's chats with an audit, newest first, each with its last audit "
+        "in brief (ListChats).",
+        body=False,
+        query=("page_size", "page_token"),
     ),
     Operation(
         "DELETE",

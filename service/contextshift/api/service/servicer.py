@@ -30,6 +30,7 @@ from contextshift.api import metrics, rules
 from contextshift.api.auth import current_tenant
 from contextshift.api.service import appends, audit_payload, counting, ids, listings, model_configs, shift_rpc
 from contextshift.api.service.audit_payload import AuditWrite
+from contextshift.api.service.chats import list_chats
 from contextshift.api.service.gate import call_stats
 from contextshift.api.service.placement import Placement, Work, shift_work
 from contextshift.api.service.plans import Shifted
@@ -318,6 +319,12 @@ class ContextShiftService:
         if audit is None:
             raise RequestError(code_pb2.NOT_FOUND, f"chat {request.chat_id!r} has no audit")
         return pb.GetContextAuditResponse(audit=audit)
+
+    async def ListChats(self, request: pb.ListChatsRequest) -> pb.ListChatsResponse:
+        """A page of the tenant's chats, newest first (`chats.list_chats`: one store query)."""
+        _checked(rules.violations(request))
+        page = functools.partial(list_chats, self._store, current_tenant(), request)
+        return await self._placement.blocking(page)
 
     async def FinishGeneration(self, request: pb.FinishGenerationRequest) -> pb.FinishGenerationResponse:
         """Moves the generation to its terminal status and feeds the calibration, in the store."""

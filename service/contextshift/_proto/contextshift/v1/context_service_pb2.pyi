@@ -1437,6 +1437,153 @@ class GetContextAuditResponse(_message.Message):
 Global___GetContextAuditResponse: _TypeAlias = GetContextAuditResponse  # noqa: Y015
 
 @_typing.final
+class ListChatsRequest(_message.Message):
+    """Input of ListChats (paged as AIP-158 says)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """The most chats to return; the page may hold fewer. 0: 50. Values above 1000 are taken as 1000;
+    a negative value is INVALID_ARGUMENT.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of an earlier ListChats, for the page after it; empty: the first page.
+    A token ListChats did not make is INVALID_ARGUMENT on "page_token".
+    """
+    def __init__(
+        self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListChatsRequest: _TypeAlias = ListChatsRequest  # noqa: Y015
+
+@_typing.final
+class ListChatsResponse(_message.Message):
+    """Result of ListChats.
+
+    The chats are in the order of their last audit's shift (`create_time`), newest first (chats
+    shifted in the same millisecond by chat id, descending); a report of how a generation ended
+    does not move its chat. A page continues after the last chat of the page before: a chat
+    shifted again while a caller pages comes first again, so it is not on the later pages (it is on
+    the first page of a new listing), and a chat deleted meanwhile is not listed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHATS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The token of the next page (ListChatsRequest.page_token); empty when this page is the last."""
+    @_builtins.property
+    def chats(self) -> _containers.RepeatedCompositeFieldContainer[Global___ChatSummary]:
+        """The chats of the caller's tenant on this page, newest first."""
+
+    def __init__(
+        self,
+        *,
+        chats: _abc.Iterable[Global___ChatSummary] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chats", b"chats", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListChatsResponse: _TypeAlias = ListChatsResponse  # noqa: Y015
+
+@_typing.final
+class ChatSummary(_message.Message):
+    """A chat with an audit, as ListChats lists it: its last audit's generation in brief."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CHAT_ID_FIELD_NUMBER: _builtins.int
+    GENERATION_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    PROVIDER_ERROR_CODE_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
+    PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    REPORTED_PROMPT_TOKENS_FIELD_NUMBER: _builtins.int
+    KEPT_COUNT_FIELD_NUMBER: _builtins.int
+    EXCLUDED_COUNT_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    chat_id: _builtins.str
+    """The chat."""
+    generation_id: _builtins.str
+    """The generation of its last audit."""
+    status: Global___GenerationStatus.ValueType
+    """The generation's status: PENDING until FinishGeneration reports how it ended."""
+    provider_error_code: Global___ProviderErrorCode.ValueType
+    """With status FAILED: the normalized provider error."""
+    model: _builtins.str
+    """The model the counts were made for (ContextAudit.model); empty when the shift named none."""
+    prompt_tokens: _builtins.int
+    """The prompt's tokens (ContextPlan.prompt_tokens: raw, before calibration)."""
+    reported_prompt_tokens: _builtins.int
+    """The prompt tokens the provider reported (FinishGeneration), when it did."""
+    kept_count: _builtins.int
+    """The blocks the audit records as sent (an inserted summary block included); unset when
+    unknown: the audit was stored before the store kept the counts (schema version 3), and its
+    chat's next shift stores them.
+    """
+    excluded_count: _builtins.int
+    """The blocks the audit records as left out; unset when unknown (see `kept_count`)."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the shift ran (ContextAudit.create_time)."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the chat's audit last changed: its shift, or the report of how its generation ended
+        (ContextAudit.finish_time).
+        """
+
+    def __init__(
+        self,
+        *,
+        chat_id: _builtins.str = ...,
+        generation_id: _builtins.str = ...,
+        status: Global___GenerationStatus.ValueType = ...,
+        provider_error_code: Global___ProviderErrorCode.ValueType = ...,
+        model: _builtins.str = ...,
+        prompt_tokens: _builtins.int = ...,
+        reported_prompt_tokens: _builtins.int | None = ...,
+        kept_count: _builtins.int | None = ...,
+        excluded_count: _builtins.int | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_excluded_count", b"_excluded_count", "_kept_count", b"_kept_count", "_reported_prompt_tokens", b"_reported_prompt_tokens", "create_time", b"create_time", "excluded_count", b"excluded_count", "kept_count", b"kept_count", "reported_prompt_tokens", b"reported_prompt_tokens", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_excluded_count", b"_excluded_count", "_kept_count", b"_kept_count", "_reported_prompt_tokens", b"_reported_prompt_tokens", "chat_id", b"chat_id", "create_time", b"create_time", "excluded_count", b"excluded_count", "generation_id", b"generation_id", "kept_count", b"kept_count", "model", b"model", "prompt_tokens", b"prompt_tokens", "provider_error_code", b"provider_error_code", "reported_prompt_tokens", b"reported_prompt_tokens", "status", b"status", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__excluded_count: _TypeAlias = _typing.Literal["excluded_count"]  # noqa: Y015
+    _WhichOneofArgType__excluded_count: _TypeAlias = _typing.Literal["_excluded_count", b"_excluded_count"]  # noqa: Y015
+    _WhichOneofReturnType__kept_count: _TypeAlias = _typing.Literal["kept_count"]  # noqa: Y015
+    _WhichOneofArgType__kept_count: _TypeAlias = _typing.Literal["_kept_count", b"_kept_count"]  # noqa: Y015
+    _WhichOneofReturnType__reported_prompt_tokens: _TypeAlias = _typing.Literal["reported_prompt_tokens"]  # noqa: Y015
+    _WhichOneofArgType__reported_prompt_tokens: _TypeAlias = _typing.Literal["_reported_prompt_tokens", b"_reported_prompt_tokens"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__excluded_count) -> _WhichOneofReturnType__excluded_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__kept_count) -> _WhichOneofReturnType__kept_count | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__reported_prompt_tokens) -> _WhichOneofReturnType__reported_prompt_tokens | None: ...
+
+Global___ChatSummary: _TypeAlias = ChatSummary  # noqa: Y015
+
+@_typing.final
 class ContextAudit(_message.Message):
     """What the last ShiftContext of a chat decided, recorded before its reply was sent (docs/design.md
     §8), and how the generation ended. Only the last audit of a chat is kept; a new ShiftContext

@@ -60,6 +60,11 @@ class ContextShiftServiceStub:
                 request_serializer=contextshift_dot_v1_dot_context__service__pb2.GetContextAuditRequest.SerializeToString,
                 response_deserializer=contextshift_dot_v1_dot_context__service__pb2.GetContextAuditResponse.FromString,
                 _registered_method=True)
+        self.ListChats = channel.unary_unary(
+                '/contextshift.v1.ContextShiftService/ListChats',
+                request_serializer=contextshift_dot_v1_dot_context__service__pb2.ListChatsRequest.SerializeToString,
+                response_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListChatsResponse.FromString,
+                _registered_method=True)
         self.FinishGeneration = channel.unary_unary(
                 '/contextshift.v1.ContextShiftService/FinishGeneration',
                 request_serializer=contextshift_dot_v1_dot_context__service__pb2.FinishGenerationRequest.SerializeToString,
@@ -143,6 +148,15 @@ class ContextShiftServiceServicer:
 
     def GetContextAudit(self, request, context):
         """The last audit of a chat; NOT_FOUND when the chat has none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListChats(self, request, context):
+        """The tenant's chats that have an audit, the most recently shifted first, a page at a time: each
+        with its last audit in brief, so a caller finds a chat without knowing its id
+        (GetContextAudit has the whole audit).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -244,6 +258,11 @@ def add_ContextShiftServiceServicer_to_server(servicer, server):
                     servicer.GetContextAudit,
                     request_deserializer=contextshift_dot_v1_dot_context__service__pb2.GetContextAuditRequest.FromString,
                     response_serializer=contextshift_dot_v1_dot_context__service__pb2.GetContextAuditResponse.SerializeToString,
+            ),
+            'ListChats': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListChats,
+                    request_deserializer=contextshift_dot_v1_dot_context__service__pb2.ListChatsRequest.FromString,
+                    response_serializer=contextshift_dot_v1_dot_context__service__pb2.ListChatsResponse.SerializeToString,
             ),
             'FinishGeneration': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishGeneration,
@@ -427,6 +446,33 @@ class ContextShiftService:
             '/contextshift.v1.ContextShiftService/GetContextAudit',
             contextshift_dot_v1_dot_context__service__pb2.GetContextAuditRequest.SerializeToString,
             contextshift_dot_v1_dot_context__service__pb2.GetContextAuditResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/contextshift.v1.ContextShiftService/ListChats',
+            contextshift_dot_v1_dot_context__service__pb2.ListChatsRequest.SerializeToString,
+            contextshift_dot_v1_dot_context__service__pb2.ListChatsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,11 @@ class ContextShiftServiceStub:
     """Lists the tokenizer profiles this server counts with."""
     GetContextAudit: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]
     """The last audit of a chat; NOT_FOUND when the chat has none."""
+    ListChats: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.ListChatsRequest, _context_service_pb2.ListChatsResponse]
+    """The tenant's chats that have an audit, the most recently shifted first, a page at a time: each
+    with its last audit in brief, so a caller finds a chat without knowing its id
+    (GetContextAudit has the whole audit).
+    """
     FinishGeneration: _grpc.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]
     """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
     CANCELLED, with a normalized provider error code), and the provider's prompt token count,
@@ -125,6 +130,11 @@ class ContextShiftServiceAsyncStub(ContextShiftServiceStub):
     """Lists the tokenizer profiles this server counts with."""
     GetContextAudit: _aio.UnaryUnaryMultiCallable[_context_service_pb2.GetContextAuditRequest, _context_service_pb2.GetContextAuditResponse]  # type: ignore[assignment]
     """The last audit of a chat; NOT_FOUND when the chat has none."""
+    ListChats: _aio.UnaryUnaryMultiCallable[_context_service_pb2.ListChatsRequest, _context_service_pb2.ListChatsResponse]  # type: ignore[assignment]
+    """The tenant's chats that have an audit, the most recently shifted first, a page at a time: each
+    with its last audit in brief, so a caller finds a chat without knowing its id
+    (GetContextAudit has the whole audit).
+    """
     FinishGeneration: _aio.UnaryUnaryMultiCallable[_context_service_pb2.FinishGenerationRequest, _context_service_pb2.FinishGenerationResponse]  # type: ignore[assignment]
     """Reports how a generation ended (its audit moves from PENDING to COMPLETED, FAILED or
     CANCELLED, with a normalized provider error code), and the provider's prompt token count,
@@ -198,6 +208,17 @@ class ContextShiftServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_context_service_pb2.GetContextAuditResponse, _abc.Awaitable[_context_service_pb2.GetContextAuditResponse]]:
         """The last audit of a chat; NOT_FOUND when the chat has none."""
+
+    @_abc_1.abstractmethod
+    def ListChats(
+        self,
+        request: _context_service_pb2.ListChatsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_context_service_pb2.ListChatsResponse, _abc.Awaitable[_context_service_pb2.ListChatsResponse]]:
+        """The tenant's chats that have an audit, the most recently shifted first, a page at a time: each
+        with its last audit in brief, so a caller finds a chat without knowing its id
+        (GetContextAudit has the whole audit).
+        """
 
     @_abc_1.abstractmethod
     def FinishGeneration(
