@@ -5,7 +5,9 @@ root (ignored by git)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -111,17 +113,27 @@ def test_the_shipped_example_shows_every_block_with_its_decision(page: Page) -> 
     page.screenshot(path=str(ARTIFACTS / "preview-page.png"), full_page=True)
 
 
-def test_the_page_works_under_its_own_content_security_policy(
-    browser: Browser, server: ServerProcess
-) -> None:
-    # The other tests bypass the policy (Playwright's waits evaluate code, which it forbids); here
-    # it is enforced, with only waits that run no code in the page, and nothing may break it.
+@contextmanager
+def under_its_policy(browser: Browser, url: str) -> Iterator[Page]:
+    """The page at `url` with its Content-Security-Policy enforced: the other tests bypass it
+    (Playwright's waits evaluate code, which it forbids), so here only waits that run no code in
+    the page are used, and nothing may break the policy."""
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     opened = context.new_page()
     console: list[str] = []
     opened.on("console", lambda message: console.append(message.text))
     try:
-        opened.goto(server.http_url + "/")
+        opened.goto(url + "/")
+        yield opened
+    finally:
+        context.close()
+    assert not [line for line in console if "Content Security Policy" in line], console
+
+
+def test_the_page_works_under_its_own_content_security_policy(
+    browser: Browser, server: ServerProcess
+) -> None:
+    with under_its_policy(browser, server.http_url) as opened:
         opened.wait_for_selector("#profile option[value='o200k_base']", state="attached")
         opened.set_input_files("#file", str(EXAMPLE))
         opened.fill("#context-limit", "300")
@@ -138,9 +150,6 @@ def test_the_page_works_under_its_own_content_security_policy(
         ]
         widths = [float(style.removeprefix("width: ").removesuffix("%;")) for style in styles]
         assert widths == pytest.approx([100 * 224 / 300, 100 * 76 / 300, 0], abs=1e-3), styles
-    finally:
-        context.close()
-    assert not [line for line in console if "Content Security Policy" in line], console
 
 
 def test_a_pasted_anthropic_body_with_a_cut_block_and_an_exact_profile(page: Page) -> None:
@@ -297,3 +306,62 @@ def test_a_narrow_window_never_scrolls_sideways(browser: Browser, server: Server
         opened.screenshot(path=str(ARTIFACTS / "preview-page-420px.png"), full_page=True)
     finally:
         context.close()
+
+
+def chat_list(page: Page) -> list[list[str]]:
+    """The recent chats' rows as shown: chat id, status, model, prompt tokens, kept / excluded, when."""
+    rows = page.locator("#chat-list tbody tr")
+    return [rows.nth(i).locator("td").all_text_contents() for i in range(rows.count())]
+
+
+def test_recent_chats_newest_first_a_page_at_a_time_and_a_click_opens_the_audit(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """A server of its own with 23 chats: the list shows the newest 20 first, "More" the other 3,
+    each row as ListChats has it; choosing a row shows that chat's last audit. Under the page's
+    own Content-Security-Policy (no waits that run code in the page)."""
+    blocks = json.loads(EXAMPLE.read_text(encoding="utf-8"))
+    with serving(tmp_path) as running, contextshift.Client(running.address) as client:
+        generations = [
+            client.shift_context(blocks, budget=300, chat_id=f"recent-{n:02d}", model="gpt-4o").generation_id
+            for n in range(23)
+        ]
+        client.finish_generation(
+            generations[21],
+            "failed",
+            chat_id="recent-21",
+            provider_error={"http_status": 429, "type": "rate_limit_error"},
+        )
+        listed = client.list_chats(page_size=20)
+        with under_its_policy(browser, running.http_url) as opened:
+            opened.wait_for_selector("#chat-list tbody tr")
+            shown = chat_list(opened)
+            assert [row[0] for row in shown] == [f"recent-{n:02d}" for n in range(22, 2, -1)]
+            for row, chat in zip(shown, listed.chats, strict=True):
+                assert row[0] == chat.chat_id and row[2:5] == [
+                    "gpt-4o",
+                    str(chat.prompt_tokens),
+                    f"{chat.kept_count} / {chat.excluded_count}",
+                ]
+                assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", row[5]), row
+            assert shown[0][1] == "pending" and shown[1][1] == "failed (rate limited)"
+            assert opened.locator("#chats-more").is_visible()
+
+            opened.click("#chats-more")
+            opened.wait_for_selector("#chat-list tbody tr:nth-child(23)")
+            assert [row[0] for row in chat_list(opened)][20:] == ["recent-02", "recent-01", "recent-00"]
+            assert opened.locator("#chats-more").is_hidden()
+
+            opened.click("#chat-list tbody tr[data-chat='recent-05']")
+            opened.wait_for_selector("#result:not([hidden]) #blocks tbody tr")
+            title = opened.text_content("#title") or ""
+            assert title == f"Last audit of chat recent-05 (generation {generations[5]})"
+            assert opened.input_value("#chat-id") == "recent-05"
+            audit = client.get_context_audit("recent-05")
+            ids = opened.locator("#blocks tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")
+            assert ids == [b.id for b in audit.blocks]
+            kept = sum(b.kept for b in audit.blocks)
+            summary = opened.text_content("#summary") or ""
+            assert summary.startswith(f"{kept} kept, {len(audit.blocks) - kept} excluded")
+            ARTIFACTS.mkdir(exist_ok=True)
+            opened.screenshot(path=str(ARTIFACTS / "preview-page-recent-chats.png"), full_page=True)

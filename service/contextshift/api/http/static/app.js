@@ -1,6 +1,7 @@
 // The preview page: reads a conversation in any shape the engine accepts, asks this server's
-// HTTP API (POST /api/v2/context-preview, GET /api/v2/chats/{id}/context-audit, the profile and
-// strategy lists) and shows the plan block by block. No framework, no build step, nothing from another origin.
+// HTTP API (POST /api/v2/context-preview, GET /api/v2/chats/{id}/context-audit, the recent chats
+// of GET /api/v2/chats, the profile and strategy lists) and shows the plan block by block. No
+// framework, no build step, nothing from another origin.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -233,9 +234,13 @@ const STATUS_TEXT = {
   GENERATION_STATUS_CANCELLED: "cancelled",
 };
 
-function statusText(audit) {
-  const status = STATUS_TEXT[audit.status] || String(audit.status || "unknown").toLowerCase();
-  const code = audit.providerErrorCode;
+// A generation's status (an audit's, a listed chat's) with its provider error, if any; `short`:
+// the status in one word.
+function statusText(generation, short = false) {
+  const name = String(generation.status || "unknown");
+  const word = name.replace("GENERATION_STATUS_", "").toLowerCase();
+  const status = short ? word : STATUS_TEXT[name] || word;
+  const code = generation.providerErrorCode;
   if (!code || code === "PROVIDER_ERROR_CODE_UNSPECIFIED") return status;
   const reason = code.replace("PROVIDER_ERROR_CODE_", "").toLowerCase().replaceAll("_", " ");
   return `${status} (${reason})`;
@@ -296,6 +301,74 @@ function renderAudit(audit, blocks) {
     ["Warnings", plan.warnings || []],
   ]);
   $("result").hidden = false;
+}
+
+// --- recent chats ---------------------------------------------------------------------------
+
+const CHATS_PAGE_SIZE = 20;
+let chatsPageToken = ""; // the next page's, empty when the list is whole
+
+// An RFC 3339 time as local "YYYY-MM-DD HH:MM:SS".
+function localTime(text) {
+  const time = new Date(text);
+  if (!text || Number.isNaN(time.getTime())) return text || "";
+  const two = (n) => String(n).padStart(2, "0");
+  return `${time.getFullYear()}-${two(time.getMonth() + 1)}-${two(time.getDate())} ` +
+    `${two(time.getHours())}:${two(time.getMinutes())}:${two(time.getSeconds())}`;
+}
+
+function chatNote(text) {
+  $("chats-note").textContent = text;
+  $("chats-note").hidden = !text;
+}
+
+function renderChat(body, chat) {
+  const row = body.insertRow();
+  row.dataset.chat = chat.chatId;
+  row.className = String(chat.status || "").replace("GENERATION_STATUS_", "").toLowerCase();
+  const open = document.createElement("button");
+  open.type = "button";
+  open.className = "link";
+  open.textContent = chat.chatId;
+  open.title = `Show the last audit of chat ${chat.chatId}`;
+  row.insertCell().append(open);
+  row.cells[0].className = "chat";
+  cell(row, statusText(chat, true), "status");
+  cell(row, chat.model || "", "model");
+  cell(row, String(number(chat.promptTokens)), "tokens");
+  // Unset counts: an audit stored before the store kept them (its chat's next shift stores them).
+  const count = (value) => (value === undefined || value === null ? "?" : String(value));
+  const counts = cell(row, `${count(chat.keptCount)} / ${count(chat.excludedCount)}`, "counts");
+  if (chat.keptCount === undefined) counts.title = "not known: audited before this server stored the counts";
+  const shifted = cell(row, localTime(chat.createTime), "when");
+  shifted.title = `shifted ${chat.createTime}; last update ${chat.updateTime}`;
+  row.addEventListener("click", () => openChat(chat.chatId));
+}
+
+// The first page of the tenant's chats, or (`more`) the page after those shown.
+async function loadChats(more = false) {
+  const query = new URLSearchParams({ pageSize: String(CHATS_PAGE_SIZE) });
+  if (more) query.set("pageToken", chatsPageToken);
+  const body = $("chat-list").tBodies[0];
+  try {
+    const answer = await call("GET", `/api/v2/chats?${query}`);
+    if (!more) body.replaceChildren();
+    for (const chat of answer.chats) renderChat(body, chat);
+    chatsPageToken = answer.nextPageToken || "";
+    chatNote(body.rows.length ? "" : "No chat has an audit yet: a shift that names a chat id writes one.");
+  } catch (error) {
+    if (!more) body.replaceChildren();
+    chatsPageToken = "";
+    chatNote(error.error?.code === 401 ? "This server needs an API key: enter it to list its chats." : `The chats could not be listed: ${error.message}`);
+  }
+  $("chats-more").hidden = !chatsPageToken;
+}
+
+async function openChat(chatId) {
+  for (const row of $("chat-list").tBodies[0].rows) row.classList.toggle("chosen", row.dataset.chat === chatId);
+  $("chat-id").value = chatId;
+  await busy($("audit"), audit);
+  if (!$("result").hidden) $("result").scrollIntoView({ block: "start" });
 }
 
 // --- actions --------------------------------------------------------------------------------
@@ -402,6 +475,7 @@ document.addEventListener("DOMContentLoaded", () => {
     sessionStorage.setItem(KEY_STORAGE, $("api-key").value.trim());
     loadProfiles();
     loadStrategies();
+    loadChats();
   });
   $("file").addEventListener("change", (event) => {
     if (event.target.files.length) readFile(event.target.files[0]);
@@ -422,6 +496,9 @@ document.addEventListener("DOMContentLoaded", () => {
   }
   $("preview").addEventListener("click", () => busy($("preview"), preview));
   $("audit").addEventListener("click", () => busy($("audit"), audit));
+  $("chats-refresh").addEventListener("click", () => busy($("chats-refresh"), () => loadChats()));
+  $("chats-more").addEventListener("click", () => busy($("chats-more"), () => loadChats(true)));
   loadProfiles();
   loadStrategies();
+  loadChats();
 });
