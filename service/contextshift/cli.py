@@ -1,9 +1,10 @@
 """Command line: serve the API, preview what a shift keeps and drops (here or on a server), show a
-chat's last audit, count tokens, and measure the tokenizer profiles.
+chat's last audit or list the chats, count tokens, and measure the tokenizer profiles.
 
 contextshift serve --port 50051 --http-port 8080
 contextshift preview examples/support-chat.json --budget 300 [--server 127.0.0.1:50051]
 contextshift audit CHAT_ID --server 127.0.0.1:50051
+contextshift chats --server 127.0.0.1:50051 [--page-size N] [--page-token T]
 contextshift count examples/support-chat.json other.json   (or - for stdin)
 contextshift bench-profiles [FILES... | -] [--profiles heuristic o200k_base] [--json]
 contextshift store check | backup PATH | restore BACKUP [--store URL]
@@ -460,6 +461,34 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _chats(args: argparse.Namespace) -> int:
+    from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+    from contextshift.client import ServiceError
+
+    with _client(args) as client:
+        try:
+            page = client.list_chats(args.page_size, args.page_token, timeout=30)
+        except ServiceError as error:
+            raise ServerFailed(error, "list chats") from error
+    table = Table(box=box.SIMPLE_HEAD)
+    for column in ("chat id", "status", "model", "prompt tokens", "kept / excluded", "shifted (UTC)"):
+        table.add_column(column, justify="right" if column == "prompt tokens" else "left")
+    for chat in page.chats:
+        status = pb.GenerationStatus.Name(chat.status).removeprefix("GENERATION_STATUS_").lower()
+        if chat.provider_error_code:
+            code = pb.ProviderErrorCode.Name(chat.provider_error_code).removeprefix("PROVIDER_ERROR_CODE_")
+            status += f" ({code.lower().replace('_', ' ')})"
+        known = chat.HasField("kept_count")  # unknown: audited before the store kept the counts
+        counts = f"{chat.kept_count} / {chat.excluded_count}" if known else "? / ?"
+        shifted = chat.create_time.ToDatetime().isoformat(sep=" ", timespec="seconds")
+        table.add_row(chat.chat_id, status, chat.model, str(chat.prompt_tokens), counts, shifted)
+    console = stdout()
+    console.print(table if page.chats else "no chat has an audit")
+    if page.next_page_token:
+        console.print(f"more: --page-token {page.next_page_token}")
+    return 0
+
+
 def _batches(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), COUNT_BATCH):
         yield items[start : start + COUNT_BATCH]
@@ -738,6 +767,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_flags(audit, required=True)
     audit.set_defaults(run=_audit)
 
+    chats = _command(
+        sub,
+        "chats",
+        "list a server's chats with an audit, newest first",
+        "Prints a page of the chats (ListChats): each chat's last status, model, prompt tokens, kept "
+        "and excluded blocks and when it was shifted, then the token of the next page, if any.",
+    )
+    chats.add_argument(
+        "--page-size", type=int, default=0, help="chats per page (default 0: 50; at most 1000)"
+    )
+    chats.add_argument(
+        "--page-token", default="", help="the next page's token a listing printed (default: none)"
+    )
+    _add_server_flags(chats, required=True)
+    chats.set_defaults(run=_chats)
+
     count = _command(
         sub,
         "count",
@@ -809,7 +854,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "count" and (args.text is None) == (not args.files):
         parser.error("count: give FILE... (- for stdin) or --text, not both")
-    if args.command in {"preview", "audit"} and (args.tls_cert is None) != (args.tls_key is None):
+    if args.command in {"preview", "audit", "chats"} and (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     try:
         code: int = args.run(args)

@@ -18,7 +18,7 @@ import contextshift
 from contextshift import cli
 from contextshift.api import config
 
-from .conftest import ServerProcess, start_server
+from .conftest import ServerProcess, serving, start_server
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "support-chat.json"
 
@@ -291,6 +291,39 @@ def test_audit_shows_the_summary_block_where_it_was_sent(served: ServerProcess) 
     summary = [row for row in rows if row[2] == "summary"]
     assert summary == [(shifted.summary.id, str(shifted.summary.tokens), "summary", "SUMMARY")]
     assert [row[0] for row in rows if row[2] != "excluded"] == [d.id for d in shifted.kept]
+
+
+def test_chats_lists_a_servers_chats_newest_first_a_page_at_a_time(tmp_path: Path) -> None:
+    blocks = json.loads(EXAMPLE.read_text())
+    with serving(tmp_path) as running:
+        empty = run("chats", "--server", running.address)
+        assert (empty.returncode, empty.stdout.strip()) == (0, "no chat has an audit"), empty.stderr
+        with contextshift.Client(running.address) as client:
+            first = client.shift_context(blocks, budget=300, chat_id="cli-first", model="gpt-4o")
+            client.finish_generation(
+                first.generation_id, "failed", chat_id="cli-first", provider_error={"http_status": 500}
+            )
+            client.shift_context(blocks, budget=100_000, chat_id="cli-second")
+            listed = client.list_chats()
+        proc = run("chats", "--server", running.address)
+        assert proc.returncode == 0, proc.stderr
+        rows = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("cli-")]
+        second, failed = listed.chats
+        assert rows == [
+            ["cli-second", "pending", str(second.prompt_tokens), str(second.kept_count), "/",
+             str(second.excluded_count),
+             *second.create_time.ToDatetime().isoformat(sep=" ", timespec="seconds").split()],
+            ["cli-first", "failed", "(provider", "unavailable)", "gpt-4o", str(failed.prompt_tokens),
+             str(failed.kept_count), "/", str(failed.excluded_count),
+             *failed.create_time.ToDatetime().isoformat(sep=" ", timespec="seconds").split()],
+        ]  # fmt: skip
+        page = run("chats", "--server", running.address, "--page-size", "1")
+        token = page.stdout.strip().splitlines()[-1].removeprefix("more: --page-token ")
+        assert "cli-second" in page.stdout and "cli-first" not in page.stdout and token
+        rest = run("chats", "--server", running.address, "--page-size", "1", "--page-token", token)
+        assert "cli-first" in rest.stdout and "more:" not in rest.stdout
+        bad = run("chats", "--server", running.address, "--page-size", "-1")
+        assert bad.returncode == 2 and bad.stderr.startswith("error: page_size: must be between 0 and")
 
 
 def test_an_unreachable_server_is_an_error(tmp_path: Path) -> None:
