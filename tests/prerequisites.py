@@ -39,6 +39,19 @@ def _go_wanted() -> tuple[int, ...]:
     return tuple(int(n) for n in found.groups())
 
 
+# The gateway's Node test (tests/node: the openai npm package, installed by `npm ci`).
+NODE_WANTED = 20
+
+
+def _node_version() -> int | None:
+    node = shutil.which("node")
+    if node is None or shutil.which("npm") is None:
+        return None
+    out = subprocess.run([node, "--version"], capture_output=True, text=True, check=False).stdout
+    found = re.match(r"v(\d+)\.", out.strip())
+    return int(found.group(1)) if found else None
+
+
 def missing() -> list[str]:
     """One line per missing prerequisite, each with what installs it."""
     lines = []
@@ -54,6 +67,13 @@ def missing() -> list[str]:
         found = f"found {'.'.join(map(str, have))}" if have else "not found"
         lines.append(
             f"missing: Go {shown} or newer ({found}; buf, ghz and the Go client test); https://go.dev/dl"
+        )
+    node = _node_version()
+    if node is None or node < NODE_WANTED:
+        found = f"found {node}" if node else "node or npm not found"
+        lines.append(
+            f"missing: Node {NODE_WANTED} or newer with npm ({found}; the gateway's Node client test); "
+            "as root: apt-get install -y nodejs npm"
         )
     return lines
 

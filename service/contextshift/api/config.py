@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from contextshift import audit
+from contextshift.api.gateway import upstreams as gateway_upstreams
+from contextshift.api.gateway.upstreams import Upstream
 from contextshift.summarizer.llm import url_problem
 
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
@@ -281,6 +283,49 @@ SETTINGS = [
         "time limit of one compaction call; past it the shift falls back to truncate",
         1,
     ),
+    # The gateway (api/gateway): provider-compatible endpoints on the HTTP port.
+    Setting(
+        "upstream_openai",
+        str,
+        None,
+        "CONTEXTSHIFT_UPSTREAM_OPENAI",
+        "the gateway's OpenAI-compatible upstream, its base URL as the OpenAI SDK takes it (ending in "
+        "/v1), for /v1/chat/completions, /v1/responses and /v1/models (more: [[upstreams]] in the config file)",
+    ),
+    Setting(
+        "upstream_anthropic",
+        str,
+        None,
+        "CONTEXTSHIFT_UPSTREAM_ANTHROPIC",
+        "the gateway's Anthropic upstream, its base URL as the Anthropic SDK takes it (no /v1), for "
+        "/v1/messages",
+    ),
+    Setting(
+        "upstream_max_concurrent",
+        int,
+        256,
+        "CONTEXTSHIFT_UPSTREAM_MAX_CONCURRENT",
+        "gateway calls to upstreams in flight per process, answers streaming included; more get 429 "
+        "with Retry-After",
+        1,
+    ),
+    Setting(
+        "upstream_connect_timeout_seconds",
+        float,
+        10.0,
+        "CONTEXTSHIFT_UPSTREAM_CONNECT_TIMEOUT_SECONDS",
+        "the gateway's time limit to connect to an upstream (past it: 504)",
+        0.001,
+    ),
+    Setting(
+        "upstream_read_timeout_seconds",
+        float,
+        600.0,
+        "CONTEXTSHIFT_UPSTREAM_READ_TIMEOUT_SECONDS",
+        "the gateway's longest wait for an upstream's next bytes, its answer's first included (past "
+        "it: 504, or a stream ended)",
+        0.001,
+    ),
     Setting(
         "io_threads",
         int,
@@ -332,6 +377,13 @@ class ServerConfig:
     compact_api_key: str | None = field(repr=False)
     compact_timeout_ms: int
     io_threads: int
+    upstream_openai: str | None
+    upstream_anthropic: str | None
+    upstream_max_concurrent: int
+    upstream_connect_timeout_seconds: float
+    upstream_read_timeout_seconds: float
+    # The gateway's upstreams: the two settings above and the config file's [[upstreams]] tables.
+    upstreams: tuple[Upstream, ...] = ()
 
 
 class ConfigError(ValueError):
@@ -389,7 +441,7 @@ def load(
             file_values = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"{path}: {e}") from None
-        known = {s.name for s in SETTINGS}
+        known = {s.name for s in SETTINGS} | {"upstreams"}
         unknown = sorted(set(file_values) - known)
         if unknown:
             raise ConfigError(
@@ -408,6 +460,10 @@ def load(
     if values["store"] is None:
         values["store"] = audit.default_url(env)
     _check_compaction(values)
+    try:
+        values["upstreams"] = gateway_upstreams.read(values, file_values.get("upstreams", []))
+    except gateway_upstreams.UpstreamConfigError as e:
+        raise ConfigError(f"{path}: {e}" if path and "upstreams[" in str(e) else str(e)) from None
     settings = ServerConfig(**values)
     if (settings.tls_cert is None) != (settings.tls_key is None):
         raise ConfigError("tls_cert and tls_key: set both or neither")

@@ -192,6 +192,38 @@ RESHIFTS = Counter(
     "since the prompt they were made against (another worker or replica shifted the chat), by backend.",
     ["backend"],
 )
+# The gateway (api/gateway), by its endpoint (chat_completions, responses, messages, count_tokens,
+# models) and the configured upstream's name.
+GATEWAY_CALLS = Counter(
+    "contextshift_gateway_calls",
+    "Gateway calls answered, by endpoint, upstream and status: the provider's status relayed, or the "
+    "gateway's own (400, 404, 413, 429, 502, 504, ...); 499 when the caller went away before the "
+    "answer ended.",
+    ["endpoint", "upstream", "status"],
+)
+GATEWAY_DURATION = Histogram(
+    "contextshift_gateway_call_duration_seconds",
+    "Time from a gateway call's start to its answer's end (a stream's last event), by endpoint and upstream.",
+    ["endpoint", "upstream"],
+    buckets=(*_LATENCY_BUCKETS, 30.0, 60.0, 120.0, 300.0),
+)
+GATEWAY_FIRST_BYTE = Histogram(
+    "contextshift_gateway_upstream_first_byte_seconds",
+    "Time from sending a request upstream to the upstream's answer headers, by endpoint and upstream.",
+    ["endpoint", "upstream"],
+    buckets=(*_LATENCY_BUCKETS, 30.0, 60.0, 120.0, 300.0),
+)
+GATEWAY_STREAMS = Gauge(
+    "contextshift_gateway_streams_in_flight",
+    "Upstream answers being relayed now, by endpoint; the sum over the live workers.",
+    ["endpoint"],
+    multiprocess_mode="livesum",
+)
+GATEWAY_SATURATED = Counter(
+    "contextshift_gateway_saturated",
+    "Gateway calls refused with 429 because upstream_max_concurrent upstream calls were in flight, by upstream.",
+    ["upstream"],
+)
 STORE_READ_SECONDS = 10.0
 # The bound of those reads (a count of every chat may take longer than a call's bound).
 STORE_READ_BOUND_SECONDS = 30.0
@@ -347,6 +379,25 @@ def record_reshift(backend: str) -> None:
 def record_store_ready(backend: str, ready: bool) -> None:
     """The readiness probe's finding (`api.readiness`)."""
     _child(STORE_READY, backend).set(1 if ready else 0)
+
+
+def record_gateway_call(endpoint: str, upstream: str, status: str, seconds: float) -> None:
+    """A gateway call answered (its answer ended, or its caller went away)."""
+    _child(GATEWAY_CALLS, endpoint, upstream, status).inc()
+    _child(GATEWAY_DURATION, endpoint, upstream).observe(seconds)
+
+
+def record_upstream_first_byte(endpoint: str, upstream: str, seconds: float) -> None:
+    _child(GATEWAY_FIRST_BYTE, endpoint, upstream).observe(seconds)
+
+
+def gateway_streams(endpoint: str, change: int) -> None:
+    """An answer's relay began (+1) or ended (-1)."""
+    _child(GATEWAY_STREAMS, endpoint).inc(change)
+
+
+def record_gateway_saturated(upstream: str) -> None:
+    _child(GATEWAY_SATURATED, upstream).inc()
 
 
 def record_deleted_chats(by: str, count: int = 1) -> None:

@@ -44,7 +44,9 @@ from grpc_reflection.v1alpha import reflection
 
 from contextshift.api import metrics, tls
 from contextshift.api.auth import ApiKeys, load_keys
-from contextshift.api.config import ServerConfig
+from contextshift.api.config import ConfigError, ServerConfig
+from contextshift.api.gateway import upstreams
+from contextshift.api.gateway.routes import Gateway
 from contextshift.api.grpc.echo import ECHO_SERVICE, add_echo_service
 from contextshift.api.grpc.interceptor import GateInterceptor
 from contextshift.api.grpc.services import CONTEXT_SERVICE, MethodResolvingPool, add_context_service
@@ -186,6 +188,7 @@ class Server:
     housekeeping: list[asyncio.Task[None]]  # pruning generations, deleting idle chats
     io_executor: ThreadPoolExecutor | None = None
     compaction: llm.LoopTransport | None = None
+    gateway: Gateway | None = None
 
     async def stop(self, config: ServerConfig) -> None:
         """Health NOT_SERVING, the drain delay, then in-flight calls get the grace period; the
@@ -196,6 +199,8 @@ class Server:
         await asyncio.sleep(config.drain_seconds)
         self.http.should_exit = True  # uvicorn then waits up to grace_seconds for calls in flight
         await asyncio.gather(self.server.stop(config.grace_seconds), self.http_task)
+        if self.gateway is not None:
+            await self.gateway.aclose()
         for task in self.housekeeping:
             task.cancel()
         shutdown = functools.partial(self.executor.shutdown, wait=True, cancel_futures=True)
@@ -289,11 +294,9 @@ async def start(
         pool=cast(descriptor_pool.DescriptorPool, MethodResolvingPool()),  # the methods it calls
     )
 
-    api = HttpApi(
-        service,
-        Gate(security.keys, config.max_concurrent_rpcs),
-        max_request_bytes=config.max_request_bytes,
-    )
+    http_gate = Gate(security.keys, config.max_concurrent_rpcs)
+    gateway = Gateway(service, http_gate, config)
+    api = HttpApi(service, http_gate, max_request_bytes=config.max_request_bytes, routes=gateway.routes())
     app = api.app()
 
     address = f"{config.host}:{port}"
@@ -356,6 +359,7 @@ async def start(
         housekeeping,
         io_executor,
         compaction,
+        gateway,
     )
 
 
@@ -493,6 +497,10 @@ def run(config: ServerConfig) -> int:
     if code:
         return code
     security = Security.load(config)
+    try:
+        upstreams.with_keys(config.upstreams)  # a key's variable unset stops the start here
+    except upstreams.UpstreamConfigError as e:
+        raise ConfigError(str(e)) from None
     with _metrics_directory():
         if config.workers > 1:
             try:

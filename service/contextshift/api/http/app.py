@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from google.protobuf import message_factory
@@ -119,8 +119,16 @@ async def _routing_error(request: Request, error: Exception) -> Response:
 class HttpApi:
     """The routes of one worker process."""
 
-    def __init__(self, service: ContextShiftService, gate: Gate, *, max_request_bytes: int) -> None:
+    def __init__(
+        self,
+        service: ContextShiftService,
+        gate: Gate,
+        *,
+        max_request_bytes: int,
+        routes: Sequence[BaseRoute] = (),
+    ) -> None:
         self._service = service
+        self._routes = routes  # more routes: the gateway's (`api.gateway.routes`)
         self._gate = gate
         self._max_request_bytes = max_request_bytes
         self._validator = RequestValidator(OPERATIONS)
@@ -143,6 +151,7 @@ class HttpApi:
             Route("/openapi.json", self._openapi, methods=["GET"]),
             Route("/", self._page, methods=["GET"]),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
+            *self._routes,
         ]
         return Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
 
