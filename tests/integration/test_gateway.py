@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -371,3 +373,20 @@ def test_an_unknown_model_counts_with_the_heuristic_says_so_and_calibrates(
         if plan["calibrationFactor"] != 1.0:
             break
     assert plan["calibrationFactor"] != 1.0
+
+
+def test_answers_are_not_held_back_on_a_kept_alive_connection(server: ServerProcess) -> None:
+    """An answer goes in several writes (its head, then each chunk): with Nagle's algorithm on, each
+    small write waited for the client's delayed acknowledgement, 40 ms, on a kept-alive connection."""
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    times = []
+    with httpx.Client(base_url=server.http_url) as client:
+        for _ in range(15):
+            started = time.perf_counter()
+            with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+                chunks = answer.iter_raw()
+                next(chunks)
+                times.append(time.perf_counter() - started)
+                for _ in chunks:
+                    pass
+    assert statistics.median(times) < 0.03, times
