@@ -1,4 +1,4 @@
-"""The upstream side of the gateway: one pooled HTTP client per process, the headers that go each
+"""The upstream side of the gateway: the pooled HTTP clients of the process, the headers that go each
 way, and the usage found in an answer as it passes (`UsageScan`), never holding an event stream.
 
 Headers. Upstream go the caller's headers (its `authorization` or `x-api-key`, `anthropic-version`,
@@ -46,17 +46,33 @@ MAX_SCANNED_BYTES = 16 * 1024 * 1024
 Headers = list[tuple[bytes, bytes]]
 
 
-def client(max_connections: int) -> httpx.AsyncClient:
-    """The process's client: HTTP/2 where the upstream offers it (TLS with ALPN), pooled
-    connections, no redirects followed, no cookies kept (one caller's would reach another)."""
-    no_cookies = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    return httpx.AsyncClient(
-        http2=True,
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-        follow_redirects=False,
-        cookies=no_cookies,
-        timeout=None,
-    )
+class Clients:
+    """The process's pooled clients, one per kind of upstream: HTTP/2 where the upstream offers it
+    (an https:// upstream, by ALPN), HTTP/1.1 for an http:// one, which could not speak HTTP/2 to
+    it anyway (a client able to costs about 0.15 ms more per call there). Neither follows
+    redirects or keeps cookies (one caller's would reach another)."""
+
+    def __init__(self, max_connections: int) -> None:
+        self._tls = self._client(max_connections, http2=True)
+        self._plain = self._client(max_connections, http2=False)
+
+    @staticmethod
+    def _client(max_connections: int, *, http2: bool) -> httpx.AsyncClient:
+        no_cookies = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+        return httpx.AsyncClient(
+            http2=http2,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            follow_redirects=False,
+            cookies=no_cookies,
+            timeout=None,
+        )
+
+    def of(self, upstream: Upstream) -> httpx.AsyncClient:
+        return self._tls if upstream.base_url.startswith("https:") else self._plain
+
+    async def aclose(self) -> None:
+        await self._tls.aclose()
+        await self._plain.aclose()
 
 
 def _listed(headers: Headers) -> set[bytes]:

@@ -239,11 +239,11 @@ class Gateway:
         self._service = service
         self._gate = gate
         self._upstreams = upstreams.with_keys(config.upstreams)
-        self._client = relay.client(config.upstream_max_concurrent)
+        self._clients = relay.Clients(config.upstream_max_concurrent)
         self._limit = config.upstream_max_concurrent
         self._in_flight = 0
-        self._connect = config.upstream_connect_timeout_seconds
-        self._read = config.upstream_read_timeout_seconds
+        connect, read = config.upstream_connect_timeout_seconds, config.upstream_read_timeout_seconds
+        self._timeouts = {u.name: relay.timeout(u, connect, read) for u in self._upstreams}
         self._max_bytes = config.max_request_bytes
         self._options = _options(config.max_request_bytes)
 
@@ -257,7 +257,7 @@ class Gateway:
         ]
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._clients.aclose()
 
     async def _served(
         self,
@@ -367,15 +367,16 @@ class Gateway:
         url = upstream.url(body.endpoint.path)
         if request.url.query:
             url += "?" + request.url.query
-        outgoing = self._client.build_request(
+        client = self._clients.of(upstream)
+        outgoing = client.build_request(
             "POST",
             url,
             content=formats.upstream_body(body, kept, fitted.plan),
             headers=relay.upstream_headers(request.headers.raw, upstream),
-            timeout=relay.timeout(upstream, self._connect, self._read),
+            timeout=self._timeouts[upstream.name],
         )
         sent = time.perf_counter()
-        sending = asyncio.ensure_future(self._client.send(outgoing, stream=True))
+        sending = asyncio.ensure_future(client.send(outgoing, stream=True))
         hangup = asyncio.ensure_future(_disconnected(request.receive))
         gone = False
         try:
@@ -543,14 +544,15 @@ class Gateway:
             url = upstream.url(request.url.path)
             if request.url.query:
                 url += "?" + request.url.query
-            outgoing = self._client.build_request(
+            client = self._clients.of(upstream)
+            outgoing = client.build_request(
                 "GET",
                 url,
                 headers=relay.upstream_headers(request.headers.raw, upstream),
-                timeout=relay.timeout(upstream, self._connect, self._read),
+                timeout=self._timeouts[upstream.name],
             )
             try:
-                answer = await self._client.send(outgoing, stream=True)
+                answer = await client.send(outgoing, stream=True)
             except httpx.TimeoutException:
                 call.status = 504
                 return _error("openai", _Refused(504, "contextshift: the upstream did not answer in time"))
