@@ -255,6 +255,15 @@ def test_a_bad_strategy_header_is_named(server: ServerProcess) -> None:
     assert answer.json()["error"]["message"].startswith("x-contextshift-strategy")
 
 
+def test_the_headers_and_the_reserve_are_named_as_the_caller_sent_them(server: ServerProcess) -> None:
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    url = f"{server.http_url}/v1/chat/completions"
+    too_long = httpx.post(url, json=body, headers={"x-chat-id": "c" * 300})
+    assert too_long.status_code == 400 and too_long.json()["error"]["param"] == "x-chat-id"
+    too_large = httpx.post(url, json=body | {"max_completion_tokens": 2**60})
+    assert too_large.status_code == 400 and too_large.json()["error"]["param"] == "max_completion_tokens"
+
+
 # --- OpenAI Responses ----------------------------------------------------------------------------
 
 

@@ -82,10 +82,9 @@ def test_a_rate_limit_is_the_sdks_rate_limit_error_with_retry_after(
     failed_with(server, "limited-2", "RATE_LIMITED")
 
 
-def test_the_sdk_retries_after_the_providers_delay_through_the_gateway(
-    server: ServerProcess, fake: FakeProvider
-) -> None:
-    """The SDK's own retry: it waits Retry-After (capped by the SDK) and the gateway shifts again."""
+def test_the_sdks_own_retry_goes_through_the_gateway_again(server: ServerProcess, fake: FakeProvider) -> None:
+    """The SDK retries a 500 by itself: the gateway shifts and forwards it again, and the chat's
+    audit is the retry's, FAILED too."""
     fake.mode = "error"
     client = openai.OpenAI(base_url=f"{server.http_url}/v1", api_key=KEY, max_retries=1)
     with pytest.raises(openai.InternalServerError):

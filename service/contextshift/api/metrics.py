@@ -192,8 +192,8 @@ RESHIFTS = Counter(
     "since the prompt they were made against (another worker or replica shifted the chat), by backend.",
     ["backend"],
 )
-# The gateway (api/gateway), by its endpoint (chat_completions, responses, messages, count_tokens,
-# models) and the configured upstream's name.
+# The gateway (api/gateway): its fitted calls by endpoint (chat_completions, responses, messages)
+# and the configured upstream's name; count_tokens and models are in REQUESTS only.
 GATEWAY_CALLS = Counter(
     "contextshift_gateway_calls",
     "Gateway calls answered, by endpoint, upstream and status: the provider's status relayed, or the "
