@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import statistics
 import time
 from collections.abc import Iterator
@@ -364,6 +365,19 @@ def test_count_tokens_is_answered_by_the_models_profile(server: ServerProcess, f
 def test_models_are_relayed_to_the_openai_upstream(server: ServerProcess, fake: FakeProvider) -> None:
     assert [m.id for m in openai_client(server).models.list()] == ["gpt-4o"]
     assert fake.last.path == "/v1/models" and fake.last.headers["authorization"] == f"Bearer {KEY}"
+
+
+def test_a_model_is_relayed_by_its_id_and_no_other_path_is(server: ServerProcess, fake: FakeProvider) -> None:
+    assert httpx.get(f"{server.http_url}/v1/models/meta-llama/Llama-3:8b").status_code == 200
+    assert fake.last.path == "/v1/models/meta-llama/Llama-3:8b"
+    fake.reset()
+    with socket.create_connection(("127.0.0.1", server.http_port)) as sock:  # as sent, not normalized
+        sock.sendall(b"GET /v1/models/x/../../admin HTTP/1.1\r\nhost: gateway\r\nconnection: close\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 404")
+    assert fake.requests == []
 
 
 def test_an_unknown_model_counts_with_the_heuristic_says_so_and_calibrates(

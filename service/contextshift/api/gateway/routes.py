@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import anyio
 import httpx
@@ -62,7 +62,8 @@ _MESSAGES_JSON = pb.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER
 _BLOCKS_JSON = pb.ShiftContextRequest.BLOCKS_JSON_FIELD_NUMBER
 _TOOLS_JSON = pb.ShiftContextRequest.TOOLS_JSON_FIELD_NUMBER
 _PREVIEW_PLAN = pb.PreviewContextResponse.PLAN_FIELD_NUMBER
-_NO_UPSTREAM = "none"  # the upstream label of a call refused before one was chosen
+_NO_UPSTREAM = "none"
+_SEGMENT_SAFE = ":@!$&'()*+,;=-._~"  # what a path segment carries as it is (RFC 3986 pchar)  # the upstream label of a call refused before one was chosen
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -541,7 +542,13 @@ class Gateway:
                     call.status = 501
                     return _error("openai", _Refused(501, str(e), code="model_not_found"))
                 upstream = mine[0]
-            url = upstream.url(request.url.path)
+            model = request.path_params.get("model")
+            segments = model.split("/") if model is not None else []
+            if any(segment in ("", ".", "..") for segment in segments):  # no other path upstream
+                call.status = 404
+                return _error("openai", _Refused(404, f"no model {model!r}", code="model_not_found"))
+            path = "/".join(["/v1/models", *(quote(segment, safe=_SEGMENT_SAFE) for segment in segments)])
+            url = upstream.url(path)
             if request.url.query:
                 url += "?" + request.url.query
             client = self._clients.of(upstream)
