@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from prometheus_client import REGISTRY
 from test_grpc_inline import CountingExecutor
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api import metrics
 from contextshift.api.service import audit_payload
 from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
@@ -129,7 +130,9 @@ def test_a_warm_chat_is_shifted_on_the_event_loop_without_reading_the_store(
 
 
 def reshifts_counted() -> float:
-    return REGISTRY.get_sample_value("contextshift_reshifts_total", {"backend": "sqlite"}) or 0.0
+    return (
+        REGISTRY.get_sample_value("contextshift_reshifts_total", {"backend": "sqlite", "worker": "0"}) or 0.0
+    )
 
 
 def test_a_chat_another_process_shifted_is_shifted_again_against_the_stored_audit(
@@ -192,3 +195,39 @@ def test_a_deleted_chat_is_forgotten(executor: CountingExecutor, store: Counting
         assert [r.made_on for r in store.records] == [None, None] and store.outcomes == [None, None]
 
     asyncio.run(scenario())
+
+
+def prompts_counted(source: str) -> float:
+    return (
+        REGISTRY.get_sample_value("contextshift_chat_prompts_total", {"worker": "0", "source": source}) or 0.0
+    )
+
+
+@pytest.fixture
+def counted() -> Iterator[Callable[[], dict[str, float]]]:
+    """What the chat-prompt counter added since the fixture began, by source."""
+    before = {source: prompts_counted(source) for source in ("warm", "cold", "new")}
+    yield lambda: {source: prompts_counted(source) - before[source] for source in before}
+
+
+def test_each_worker_counts_where_a_chats_last_prompt_was_found(
+    executor: CountingExecutor, store: CountingStore, counted: Callable[[], dict[str, float]]
+) -> None:
+    """What an operator reads affinity from (contextshift_chat_prompts_total, by worker)."""
+    a, b = servicer(executor, store), servicer(executor, store)
+
+    async def scenario() -> None:
+        await shifted(a, "c", 20, "a1")  # new: the store holds none
+        await shifted(a, "c", 21, "a2")  # warm: a served it last
+        await shifted(b, "c", 22, "b1")  # cold: b reads a's audit
+
+    asyncio.run(scenario())
+    assert counted() == {"warm": 1.0, "cold": 1.0, "new": 1.0}
+    metrics.set_worker(1)
+    try:
+        asyncio.run(shifted(b, "c", 23, "b2"))  # labelled with the worker's index
+    finally:
+        metrics.set_worker(0)
+    assert (
+        REGISTRY.get_sample_value("contextshift_chat_prompts_total", {"worker": "1", "source": "warm"}) == 1.0
+    )

@@ -187,8 +187,21 @@ def test_a_chat_shifted_by_turns_on_two_replicas_is_made_again_against_the_other
             audit = stub(to_b).GetContextAudit(pb.GetContextAuditRequest(chat_id="turns"), timeout=10).audit
             assert audit.generation_id == tag
             check_audit(audit, "turns", sent)
-        assert value(scrape(a), "contextshift_reshifts_total", backend=backend) == 1  # a3, made on a2
-        assert value(scrape(b), "contextshift_reshifts_total", backend=backend) == 0  # b1 read a2
+        assert (
+            value(scrape(a), "contextshift_reshifts_total", backend=backend, worker="0") == 1
+        )  # a3, made on a2
+        assert value(scrape(b), "contextshift_reshifts_total", backend=backend, worker="0") == 0  # b1 read a2
+        # Where each shift found the chat's last prompt: a1 none stored (new), a2 and a3 in a's
+        # memory (warm; a3's stale there, so made again), b1 read from the store (cold).
+        for replica, found in ((a, (1, 2, 0)), (b, (0, 0, 1))):
+            samples = scrape(replica)
+            sources = ("new", "warm", "cold")
+            assert (
+                tuple(
+                    value(samples, "contextshift_chat_prompts_total", worker="0", source=s) for s in sources
+                )
+                == found
+            )
 
 
 SERVICE = "/contextshift.v1.ContextShiftService/"

@@ -6,7 +6,8 @@ writes its samples there, and `/metrics` on any worker reads them all. When a wo
 live-only gauges are dropped (`worker_exited`).
 
 Labels carry only names the server defines or registers (surface, RPC or route template, status,
-strategy, diagnostic event, fallback cause, store operation), never message content, chat ids or tenants.
+strategy, diagnostic event, fallback cause, store operation, worker index), never message content,
+chat ids or tenants.
 
 The store's gauges (its size, its chats, the free disk under it) are read from the store when
 `/metrics` is read, at most every `STORE_READ_SECONDS` per process: a store that nobody watches is
@@ -189,8 +190,18 @@ CHATS_DELETED = Counter(
 RESHIFTS = Counter(
     "contextshift_reshifts",
     "ShiftContext calls of a chat made again because their write found the chat's audit changed "
-    "since the prompt they were made against (another worker or replica shifted the chat), by backend.",
-    ["backend"],
+    "since the prompt they were made against (another worker or replica shifted the chat), by backend "
+    "and worker.",
+    ["backend", "worker"],
+)
+# Where a chat's shift found the chat's last prompt, by worker (the index `contextshift serve` gave
+# it): affinity at work shows as warm hits, and a worker taking chats over as cold reads.
+CHAT_PROMPTS = Counter(
+    "contextshift_chat_prompts",
+    "ShiftContext calls of a chat by where their worker found the chat's last prompt: warm (in its "
+    "memory: it served the chat last), cold (read from the store: another worker or replica served "
+    "the chat last, or this one forgot it), new (the store has none: the chat's first shift).",
+    ["worker", "source"],
 )
 # The gateway (api/gateway): its fitted calls by endpoint (chat_completions, responses, messages)
 # and the configured upstream's name; count_tokens and models are in REQUESTS only.
@@ -245,9 +256,15 @@ class _State:
     cache_misses: int = 0
     block_lookups: int = 0  # the block cache's hits + misses as last seen
     store: _WatchedStore | None = None  # what the store's gauges read
+    worker: str = "0"  # the serving process's index among the workers (`set_worker`)
 
 
 _state = _State()
+
+
+def set_worker(index: int) -> None:
+    """The worker index this process's per-worker metrics are labelled with (a forked worker's)."""
+    _state.worker = str(index)
 
 
 def use_directory(path: str) -> None:
@@ -373,7 +390,12 @@ def record_budget_exceeded(method: str) -> None:
 
 
 def record_reshift(backend: str) -> None:
-    _child(RESHIFTS, backend).inc()
+    _child(RESHIFTS, backend, _state.worker).inc()
+
+
+def record_chat_prompt(source: str) -> None:
+    """Where a chat's shift found its last prompt: `warm`, `cold` or `new` (see CHAT_PROMPTS)."""
+    _child(CHAT_PROMPTS, _state.worker, source).inc()
 
 
 def record_store_ready(backend: str, ready: bool) -> None:

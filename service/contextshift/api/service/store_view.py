@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
 from contextshift import calibration
+from contextshift.api import metrics
 from contextshift.api.service import audit_payload, model_configs
 from contextshift.api.service.read_cache import CacheMiss, ReadCache
 from contextshift.audit.store import (
@@ -138,13 +139,16 @@ class TenantStore:
     def last_prompt(self, chat_id: str) -> tuple[AuditKey | None, PreviousPrompt]:
         """The chat's last prompt and which audit it is of: as this process last wrote or read it
         (a ShiftContext is made against it, and its write checks that the chat's audit is still
-        that one), else read from the store."""
+        that one), else read from the store; counted by where it was found (warm, cold, new)."""
         kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
         if kept is not None:
+            metrics.record_chat_prompt("warm")
             return kept[0], cast(PreviousPrompt, kept[1])
         if self.cached_only:
             raise CacheMiss(chat_id)
-        return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id)))
+        stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
+        metrics.record_chat_prompt("cold" if stored else "new")
+        return self.prompt_of(chat_id, stored)
 
     def keep_prompt(self, chat_id: str, key: AuditKey, prompt: PreviousPrompt) -> None:
         """Keeps a chat's last prompt, the one its audit `key` records."""
