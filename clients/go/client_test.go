@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	contextshiftv1 "contextshift/clients/go/gen/contextshift/v1"
@@ -121,4 +122,29 @@ func TestBadBlockNamesTheField(t *testing.T) {
 		}
 	}
 	t.Fatalf("no BadRequest naming blocks[2].role in %v", st.Details())
+}
+
+// A call naming a chat sends its id as x-chat-id metadata too, for a balancer to hash on (the
+// README's Go example); a header naming another chat than the body is INVALID_ARGUMENT naming both.
+func TestChatIdHeaderMustNameTheBodysChat(t *testing.T) {
+	client := connect(t)
+	limit := int64(10000)
+	request := &contextshiftv1.ShiftContextRequest{Blocks: conversation(), ChatId: "go-chat", ContextLimit: &limit}
+	if _, err := client.ShiftContext(metadata.AppendToOutgoingContext(ctx(t), "x-chat-id", request.GetChatId()), request); err != nil {
+		t.Fatal(err)
+	}
+	_, err := client.ShiftContext(metadata.AppendToOutgoingContext(ctx(t), "x-chat-id", "another-chat"), request)
+	st, _ := status.FromError(err)
+	if st.Code() != codes.InvalidArgument {
+		t.Fatalf("want INVALID_ARGUMENT, got %v", err)
+	}
+	for _, detail := range st.Details() {
+		if bad, ok := detail.(*errdetails.BadRequest); ok {
+			violations := bad.GetFieldViolations()
+			if len(violations) == 2 && violations[0].GetField() == "x-chat-id" && violations[1].GetField() == "chat_id" {
+				return
+			}
+		}
+	}
+	t.Fatalf("no BadRequest naming x-chat-id and chat_id in %v", st.Details())
 }

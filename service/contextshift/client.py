@@ -14,9 +14,10 @@ a deadline, NOT_FOUND, ...) is a `ServiceError`: a `grpc.RpcError` with its `cod
 Every RPC of the service has its method, on `Client` and on `AsyncClient` alike; the store's
 (audits, history, model configurations) return the response's messages as the .proto defines them.
 
-A server with API keys needs `api_key=` (sent as `authorization: Bearer <key>` on every call); one
-with TLS needs `credentials=grpc.ssl_channel_credentials(...)` (with a client certificate for mutual
-TLS).
+A call naming a chat sends its id as `x-chat-id` metadata too, which a balancer hashes on to keep
+the chat on one server process (deploy/haproxy). A server with API keys needs `api_key=` (sent as
+`authorization: Bearer <key>` on every call); one with TLS needs
+`credentials=grpc.ssl_channel_credentials(...)` (with a client certificate for mutual TLS).
 
 `finish_generation(generation_id, "completed", reported_prompt_tokens=...)` reports how the
 generation ended and the provider's prompt tokens, which calibrate the model's approximate counts
@@ -40,6 +41,7 @@ from grpc_status import rpc_status
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
+from contextshift.api.service import chat_header
 from contextshift.budget import Budget
 from contextshift.calibration import Calibration
 from contextshift.diagnostics import CompactionUsage, Diagnostic
@@ -425,8 +427,18 @@ def library_error(error: grpc.RpcError) -> Exception:
     return ServiceError(call.code(), call.details() or "", info.reason, info.metadata)
 
 
-def _metadata(api_key: str | None) -> tuple[tuple[str, str], ...] | None:
+Metadata = tuple[tuple[str, str], ...]
+
+
+def _metadata(api_key: str | None) -> Metadata | None:
     return (("authorization", f"Bearer {api_key}"),) if api_key else None
+
+
+def _call_metadata(metadata: Metadata | None, request: Message) -> Metadata | None:
+    """A call's metadata: the key's, and `x-chat-id` when the request names a chat, for a balancer
+    to keep the chat's calls on one server process (`chat_header`)."""
+    chat_id = getattr(request, "chat_id", "")
+    return (*(metadata or ()), (chat_header.HEADER, chat_header.value(chat_id))) if chat_id else metadata
 
 
 Request = TypeVar("Request", bound=Message)
@@ -469,9 +481,9 @@ class Client:
     def _call(
         self, method: grpc.UnaryUnaryMultiCallable[Request, Reply], request: Request, timeout: float | None
     ) -> Reply:
-        """The one way every method calls the service: the key, the deadline, the errors."""
+        """The one way every method calls the service: the key, the chat, the deadline, the errors."""
         try:
-            return method(request, metadata=self._metadata, timeout=timeout)
+            return method(request, metadata=_call_metadata(self._metadata, request), timeout=timeout)
         except grpc.RpcError as e:
             raise library_error(e) from e
 
@@ -603,9 +615,9 @@ class AsyncClient:
     async def _call(
         self, method: aio.UnaryUnaryMultiCallable[Request, Reply], request: Request, timeout: float | None
     ) -> Reply:
-        """The one way every method calls the service: the key, the deadline, the errors."""
+        """The one way every method calls the service: the key, the chat, the deadline, the errors."""
         try:
-            return await method(request, metadata=self._metadata, timeout=timeout)
+            return await method(request, metadata=_call_metadata(self._metadata, request), timeout=timeout)
         except grpc.RpcError as e:
             raise library_error(e) from e
 

@@ -37,5 +37,6 @@ def test_go_client_calls_shift_context_and_decodes_budget_error(server: ServerPr
         "TestShiftContextKeepsWhatFits",
         "TestShiftContextBudgetExceededCarriesErrorInfo",
         "TestBadBlockNamesTheField",
+        "TestChatIdHeaderMustNameTheBodysChat",
     ):
         assert f"--- PASS: {name}" in proc.stdout

@@ -18,6 +18,7 @@ from google.rpc import status_pb2
 from grpc import aio
 from grpc_status import rpc_status
 
+from contextshift.api.service import chat_header
 from contextshift.api.service.gate import CallFailed, Gate
 from contextshift.api.service.rpc_status import code_name, undecodable
 from contextshift.audit import bounds
@@ -52,11 +53,15 @@ class _GrpcCall:
         return isinstance(error, aio.AbortError)  # another service's handler aborted (health)
 
 
-def _authorization(context: aio.ServicerContext[Any, Any]) -> str | None:
+def _headers(context: aio.ServicerContext[Any, Any]) -> tuple[str | None, str | None]:
+    """The call's `authorization` and `x-chat-id` metadata (None: not sent)."""
+    authorization = chat = None
     for key, value in context.invocation_metadata() or ():
         if key == "authorization":
-            return value if isinstance(value, str) else value.decode()
-    return None
+            authorization = value if isinstance(value, str) else value.decode()
+        elif key == chat_header.HEADER:
+            chat = value if isinstance(value, str) else value.decode()
+    return authorization, chat
 
 
 def _decoded(method: str, data: bytes, deserializer: Callable[[bytes], Any]) -> Any:
@@ -113,9 +118,10 @@ class GateInterceptor(aio.ServerInterceptor):
                 with bounds.caller_deadline(None if remaining is None else time.monotonic() + remaining):
                     return await behavior(decoded, context)
 
+            authorization, chat = _headers(context)
             try:
                 return await self._gate.serve(
-                    _GrpcCall(context), method, _authorization(context), work, public=public
+                    _GrpcCall(context), method, authorization, work, public=public, chat=chat
                 )
             except CallFailed as failed:
                 await context.abort_with_status(rpc_status.to_status(failed.status))

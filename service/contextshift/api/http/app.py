@@ -28,6 +28,7 @@ from contextshift.api.http import openapi
 from contextshift.api.http.messages import error_json, http_status, message_json, read_message, read_query
 from contextshift.api.http.openapi import RequestValidator
 from contextshift.api.http.routes import OPERATIONS, Operation
+from contextshift.api.service import chat_header
 from contextshift.api.service.gate import CallFailed, Gate
 from contextshift.api.service.rpc_status import RequestError
 from contextshift.api.service.servicer import ENCODED_METHODS, ContextShiftService
@@ -193,8 +194,11 @@ class HttpApi:
 
         async def handle(request: Request) -> Response:
             authorization = request.headers.get("authorization")
+            chat = request.headers.get(chat_header.HEADER)
             try:
-                return await self._gate.serve(_HttpCall(), label, authorization, lambda: call(request))
+                return await self._gate.serve(
+                    _HttpCall(), label, authorization, lambda: call(request), chat=chat
+                )
             except CallFailed as failed:
                 return _error_response(failed)
 

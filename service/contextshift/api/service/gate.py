@@ -1,7 +1,8 @@
 """The one way into the service, for both surfaces (`Gate.serve`): the calls in flight against
-the limit, the caller's API key (`auth`), the call's stats, errors as a google.rpc.Status (a bug:
-INTERNAL and a log line, never a hung call), and one structured log line and the metrics per call
-(method, status, duration, blocks, tokens; never message content). The gRPC interceptor and the
+the limit, the caller's API key (`auth`), the chat its `x-chat-id` header names (`chat_header`), the
+call's stats, errors as a google.rpc.Status (a bug: INTERNAL and a log line, never a hung call),
+and one structured log line and the metrics per call (method, status, duration, blocks, tokens;
+never message content). The gRPC interceptor and the
 HTTP routes bring only what is their own (`Surface`): how they name an answer in the log and the
 metrics, and which exceptions already are their answer."""
 
@@ -19,6 +20,7 @@ from google.rpc import code_pb2, status_pb2
 
 from contextshift.api import metrics
 from contextshift.api.auth import ApiKeys, authenticate, current_tenant
+from contextshift.api.service import chat_header
 from contextshift.api.service.rpc_status import RequestError, internal, status_of
 from contextshift.errors import TokenBudgetExceeded
 
@@ -130,9 +132,12 @@ class Gate:
         work: Callable[[], Awaitable[T]],
         *,
         public: bool = False,
+        chat: str | None = None,
     ) -> T:
-        """`work()`'s answer; CallFailed with the status of what it (or the gate) raised."""
+        """`work()`'s answer; CallFailed with the status of what it (or the gate) raised. `chat`:
+        the call's `x-chat-id` header, which the service compares with the chat its body names."""
         stats = begin_call_stats()
+        chat_header.set_for_call(chat)
         start = time.perf_counter()
         status: status_pb2.Status | None = None
         error: BaseException | None = None

@@ -30,6 +30,7 @@ from contextshift.api import metrics, rules
 from contextshift.api.auth import current_tenant
 from contextshift.api.service import appends, audit_payload, counting, ids, listings, model_configs, shift_rpc
 from contextshift.api.service.audit_payload import AuditWrite
+from contextshift.api.service.chat_header import request_violations
 from contextshift.api.service.chats import list_chats
 from contextshift.api.service.gate import call_stats
 from contextshift.api.service.placement import Placement, Work, shift_work
@@ -308,7 +309,7 @@ class ContextShiftService:
         return response
 
     async def GetContextAudit(self, request: pb.GetContextAuditRequest) -> pb.GetContextAuditResponse:
-        _checked(rules.violations(request))
+        _checked(request_violations(request))
         tenant = current_tenant()
 
         def read() -> pb.ContextAudit | None:
@@ -328,7 +329,7 @@ class ContextShiftService:
 
     async def FinishGeneration(self, request: pb.FinishGenerationRequest) -> pb.FinishGenerationResponse:
         """Moves the generation to its terminal status and feeds the calibration, in the store."""
-        _checked(rules.violations(request))  # ids, status, error_code / provider_error, tokens
+        _checked(request_violations(request))  # ids, status, error_code / provider_error, tokens
         code = _error_code(request)
         report = GenerationReport(
             request.generation_id,
@@ -365,7 +366,7 @@ class ContextShiftService:
         return response
 
     async def DeleteChat(self, request: pb.DeleteChatRequest) -> pb.DeleteChatResponse:
-        _checked(rules.violations(request))
+        _checked(request_violations(request))
         store = self._view()
         deleted = await self._placement.blocking(
             functools.partial(self._store.delete_chat, store.tenant, request.chat_id)
@@ -376,7 +377,7 @@ class ContextShiftService:
         return pb.DeleteChatResponse(deleted=deleted)
 
     async def AppendBlocks(self, request: pb.AppendBlocksRequest) -> pb.AppendBlocksResponse:
-        _checked(rules.violations(request))
+        _checked(request_violations(request))
         response = await self._placement.blocking(functools.partial(appends.append, request, self._view()))
         call_stats().blocks = len(response.tokens)
         return response

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from contextshift import engine, history
 from contextshift._proto.contextshift.v1 import context_service_pb2
 from contextshift.api import rules
+from contextshift.api.service import chat_header
 from contextshift.api.service.blocks import block_dict, renamed, typed_field
 from contextshift.api.service.model_configs import role_of
 from contextshift.api.service.plans import R, Shifted, encode_plan
@@ -48,7 +49,8 @@ class ShiftCall(Generic[R]):
 def read_request(message: bytes, request_type: type[R]) -> ShiftCall[R]:
     """An encoded ShiftContext or PreviewContext request, parsed with its `blocks_json` taken out
     as bytes for the core to parse (40 KB of JSON never becomes a str), and checked: every rule
-    of its fields (`rules`), and what the split hides from them."""
+    of its fields (`rules`), the chat its `x-chat-id` header names (`chat_header`), and what the
+    split hides from them."""
     try:
         rest, blocks_json = engine.split_message_field(message, request_type.BLOCKS_JSON_FIELD_NUMBER)
         request = request_type.FromString(rest)
@@ -59,7 +61,7 @@ def read_request(message: bytes, request_type: type[R]) -> ShiftCall[R]:
         raise invalid("blocks_json", "set either blocks or blocks_json, not both")
     if request.output_format not in _OUTPUT_FORMATS:
         raise invalid("output_format", f"unknown value {request.output_format}")
-    violations = rules.violations(request)
+    violations = rules.violations(request) + chat_header.violations(request.chat_id)
     if violations:
         raise bad_fields(violations)
     return ShiftCall(request, blocks_json, role_of(request.model_role, "model_role"), len(message))
