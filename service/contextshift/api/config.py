@@ -67,6 +67,40 @@ SETTINGS = [
         1,
     ),
     Setting(
+        "worker_port_base",
+        int,
+        None,
+        "CONTEXTSHIFT_WORKER_PORT_BASE",
+        "worker i (from 0) also serves gRPC on its own port, worker_port_base + i, for a balancer "
+        "that keeps each chat on one worker (deploy/haproxy); none: no own ports",
+        1,
+    ),
+    Setting(
+        "worker_http_port_base",
+        int,
+        None,
+        "CONTEXTSHIFT_WORKER_HTTP_PORT_BASE",
+        "worker i also serves HTTP (and /readyz, the balancer's health check) on worker_http_port_base + i",
+        1,
+    ),
+    Setting(
+        "shared_ports",
+        bool,
+        True,
+        "CONTEXTSHIFT_SHARED_PORTS",
+        "serve on port and http_port, shared by the workers (off: each worker on its own ports only, "
+        "which needs worker_port_base and worker_http_port_base)",
+    ),
+    Setting(
+        "workers_file",
+        str,
+        None,
+        "CONTEXTSHIFT_WORKERS_FILE",
+        "a JSON file written once the workers are started: host, the shared ports, and each worker's "
+        "index, pid and own ports, to make a balancer's configuration from; rewritten when a worker "
+        "exits, removed when the server stops",
+    ),
+    Setting(
         "max_concurrent_rpcs",
         int,
         256,
@@ -346,6 +380,10 @@ class ServerConfig:
     port: int
     http_port: int
     workers: int
+    worker_port_base: int | None
+    worker_http_port_base: int | None
+    shared_ports: bool
+    workers_file: str | None
     max_concurrent_rpcs: int
     max_request_bytes: int
     http_header_timeout_seconds: float
@@ -469,6 +507,7 @@ def load(
         raise ConfigError("tls_cert and tls_key: set both or neither")
     if settings.tls_client_ca is not None and settings.tls_cert is None:
         raise ConfigError("tls_client_ca: mutual TLS needs tls_cert and tls_key too")
+    _check_ports(settings)
     return settings
 
 
@@ -480,3 +519,26 @@ def _check_compaction(values: Mapping[str, Any]) -> None:
         raise ConfigError(f"compact_url: {problem}")
     if not values["compact_model"]:
         raise ConfigError("compact_model: required with compact_url")
+
+
+def _check_ports(settings: ServerConfig) -> None:
+    """The ports the workers listen on: some for each surface, each a port, no two the same."""
+    if not settings.shared_ports and None in (settings.worker_port_base, settings.worker_http_port_base):
+        raise ConfigError(
+            "shared_ports off: set worker_port_base and worker_http_port_base (each worker's own ports)"
+        )
+    ports: list[tuple[str, int]] = []
+    if settings.shared_ports:
+        ports += [("port", settings.port), ("http_port", settings.http_port)]
+    for name in ("worker_port_base", "worker_http_port_base"):
+        base = getattr(settings, name)
+        if base is None:
+            continue
+        if base + settings.workers - 1 > 65535:
+            raise ConfigError(f"{name}: {base} + {settings.workers - 1} (the last worker's) is past 65535")
+        ports += [(f"{name} + {i}" if i else name, base + i) for i in range(settings.workers)]
+    taken: dict[int, str] = {}
+    for name, port in ports:
+        if port in taken and port != 0:  # 0: any free port, a different one each
+            raise ConfigError(f"{taken[port]} and {name} are both port {port}")
+        taken[port] = name

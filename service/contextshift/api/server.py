@@ -3,7 +3,10 @@
 
 One process: SO_REUSEPORT is off, so a port already in use fails loudly. N processes: the parent
 reserves both ports with SO_REUSEPORT, forks N children (no gRPC object exists before the fork),
-and each child serves on the same ports; the kernel spreads connections across them. The parent
+and each child serves on the same ports; the kernel spreads connections across them. With
+`worker_port_base` / `worker_http_port_base` each worker also (or, without `shared_ports`, only)
+serves on its own ports, for a balancer that keeps each chat on one worker, and `workers_file`
+says which worker is where (`listeners`). The parent
 reads the API keys and TLS files first, so a bad one stops the start with a usage error, and owns
 the directory where the workers' metrics meet (`metrics.use_directory`).
 
@@ -30,9 +33,9 @@ import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import cast
 
@@ -42,7 +45,7 @@ from grpc import aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from contextshift.api import metrics, tls
+from contextshift.api import listeners, metrics, tls
 from contextshift.api.auth import ApiKeys, load_keys
 from contextshift.api.config import ConfigError, ServerConfig
 from contextshift.api.gateway import upstreams
@@ -52,6 +55,7 @@ from contextshift.api.grpc.interceptor import GateInterceptor
 from contextshift.api.grpc.services import CONTEXT_SERVICE, MethodResolvingPool, add_context_service
 from contextshift.api.http import serving
 from contextshift.api.http.app import HttpApi
+from contextshift.api.listeners import BindError, Running, Worker
 from contextshift.api.logs import setup_logging
 from contextshift.api.readiness import StoreReadiness
 from contextshift.api.service import model_configs
@@ -84,34 +88,6 @@ class Security:
     def load(cls, config: ServerConfig) -> Security:
         """Raises ConfigError for a file that cannot be read or a malformed key or certificate."""
         return cls(load_keys(config.api_keys_file, config.api_keys), tls.load(config))
-
-
-class BindError(Exception):
-    """A port the server cannot listen on, named with its setting."""
-
-    def __init__(self, setting: str, host: str, port: int, why: str) -> None:
-        super().__init__(f"cannot listen on {host}:{port} ({setting} {port}): {why}")
-        self.fields = {"setting": setting, "host": host, "port": port, "error": str(self)}
-
-
-def _bind_error(setting: str, host: str, port: int, error: OSError) -> BindError:
-    return BindError(setting, host, port, error.strerror or str(error))
-
-
-def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
-    """The HTTP listening socket, shared by the workers through SO_REUSEPORT as gRPC's is."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if reuse_port:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        raise _bind_error("http_port", host, port, e) from None
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
 
 
 def prune_generations(store: Store, config: ServerConfig) -> None:
@@ -178,7 +154,7 @@ class Server:
     server: aio.Server
     health: health.aio.HealthServicer
     executor: ThreadPoolExecutor
-    port: int
+    port: int  # the shared gRPC port, else the worker's own (as http_port)
     http_api: HttpApi
     http: uvicorn.Server
     http_task: asyncio.Task[None]
@@ -236,15 +212,60 @@ def _configure_compaction(config: ServerConfig) -> llm.LoopTransport | None:
     return transport
 
 
+def _http_sockets(config: ServerConfig, http_port: int | None, worker: Worker) -> list[socket.socket]:
+    """The HTTP listening sockets of a worker: the shared port's (unless off), its own port's."""
+    wanted = (
+        [("http_port", config.http_port if http_port is None else http_port)] if config.shared_ports else []
+    )
+    if worker.http_port is not None:
+        wanted.append((worker.setting("http_port"), worker.http_port))
+    socks: list[socket.socket] = []
+    try:
+        for setting, port in wanted:
+            socks.append(listeners.listen(setting, config.host, port, config.workers > 1))
+    except BindError:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _add_ports(
+    server: aio.Server, config: ServerConfig, port: int, worker: Worker, credentials: tls.Tls | None
+) -> list[int]:
+    """Binds the gRPC ports of a worker (the shared one unless off, its own): the ports bound."""
+    wanted = [("port", port)] if config.shared_ports else []
+    if worker.port is not None:
+        wanted.append((worker.setting("port"), worker.port))
+    bound = []
+    for setting, number in wanted:
+        address = f"{config.host}:{number}"
+        try:
+            if credentials is None:
+                bound.append(server.add_insecure_port(address))
+            else:
+                bound.append(server.add_secure_port(address, credentials.grpc_credentials()))
+        except RuntimeError:  # grpc says only "Failed to bind to address"
+            raise BindError(
+                setting, config.host, number, "in use, or not an address of this machine"
+            ) from None
+    return bound
+
+
 async def start(
-    config: ServerConfig, port: int, http_port: int | None = None, security: Security | None = None
+    config: ServerConfig,
+    port: int,
+    http_port: int | None = None,
+    security: Security | None = None,
+    worker: Worker | None = None,
 ) -> Server:
     """Build, bind and start a server; it serves until `Server.stop`. `http_port` defaults to the
-    config's, `security` to what the config's files say. StoreError when the store cannot be
-    opened."""
+    config's, `security` to what the config's files say, `worker` (its index and own ports) to the
+    first. StoreError when the store cannot be opened."""
     security = security or Security.load(config)
+    worker = worker or Worker.of(config, 0)
     # Bound first: a taken HTTP port fails before anything else runs.
-    http_sock = _listen(config.host, config.http_port if http_port is None else http_port, config.workers > 1)
+    http_socks = _http_sockets(config, http_port, worker)
     server = aio.server(
         interceptors=[GateInterceptor(Gate(security.keys))],  # gRPC bounds its calls in flight itself
         options=[
@@ -299,30 +320,31 @@ async def start(
     api = HttpApi(service, http_gate, max_request_bytes=config.max_request_bytes, routes=gateway.routes())
     app = api.app()
 
-    address = f"{config.host}:{port}"
     try:
-        if security.tls is None:
-            bound = server.add_insecure_port(address)
-        else:
-            bound = server.add_secure_port(address, security.tls.grpc_credentials())
-    except RuntimeError:  # grpc says only "Failed to bind to address"
-        http_sock.close()
-        raise BindError("port", config.host, port, "in use, or not an address of this machine") from None
+        bound = _add_ports(server, config, port, worker, security.tls)
+    except BindError:
+        for sock in http_socks:
+            sock.close()
+        raise
     await server.start()
     try:
-        http, http_task = await serving.start(app, config, http_sock, security.tls)
+        http, http_task = await serving.start(app, config, http_socks, security.tls)
     except BaseException:
         await server.stop(None)
         raise
     for name in ["", *services]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    http_bound = [sock.getsockname()[1] for sock in http_socks]
+    shared = {"port": bound[0], "http_port": http_bound[0]} if config.shared_ports else {}
+    own = {"worker_port": worker.port, "worker_http_port": worker.http_port}
     log.info(
         "serving",
         extra={
             "fields": {
                 "host": config.host,
-                "port": bound,
-                "http_port": http_sock.getsockname()[1],
+                **shared,
+                "worker": worker.index,
+                **{name: own_port for name, own_port in own.items() if own_port is not None},
                 "tls": "mutual" if security.tls and security.tls.client_ca else bool(security.tls),
                 "api_keys": len(security.keys or ()),
                 "metrics_dir": metrics.directory(),
@@ -349,11 +371,11 @@ async def start(
         server,
         health_servicer,
         executor,
-        bound,
+        bound[0],
         api,
         http,
         http_task,
-        http_sock.getsockname()[1],
+        http_bound[0],
         store,
         writer,
         housekeeping,
@@ -363,9 +385,18 @@ async def start(
     )
 
 
-async def serve(config: ServerConfig, port: int, http_port: int, security: Security) -> None:
-    """Serve until SIGTERM/SIGINT, then drain and stop."""
-    running = await start(config, port, http_port, security)
+async def serve(
+    config: ServerConfig,
+    port: int,
+    http_port: int | None,
+    security: Security,
+    worker: Worker,
+    started: Callable[[Server], None] | None = None,
+) -> None:
+    """Serve until SIGTERM/SIGINT, then drain and stop; `started` is called once it serves."""
+    running = await start(config, port, http_port, security, worker)
+    if started is not None:
+        started(running)
     # What start-up made lives as long as the process: out of the collector's full collections,
     # which otherwise walk it all, a pause that grows with the process's start-up objects.
     gc.freeze()
@@ -377,9 +408,16 @@ async def serve(config: ServerConfig, port: int, http_port: int, security: Secur
     await running.stop(config)
 
 
-def _serve_process(config: ServerConfig, port: int, http_port: int, security: Security) -> int:
+def _serve_process(
+    config: ServerConfig,
+    port: int,
+    http_port: int | None,
+    security: Security,
+    worker: Worker,
+    started: Callable[[Server], None] | None = None,
+) -> int:
     try:
-        asyncio.run(serve(config, port, http_port, security))
+        asyncio.run(serve(config, port, http_port, security, worker, started))
     except BindError as e:
         log.error("cannot serve", extra={"fields": e.fields})
         return 1
@@ -424,36 +462,29 @@ def prepare_store(config: ServerConfig) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _reserved_port(setting: str, host: str, port: int) -> Iterator[int]:
-    """Hold host:port with SO_REUSEPORT while the workers run, so a port of 0 picks one port for
-    all of them and another program without SO_REUSEPORT cannot take it meanwhile."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as e:
-            raise _bind_error(setting, host, port, e) from None
-        yield sock.getsockname()[1]
-
-
 def _run_workers(config: ServerConfig, security: Security) -> int:
-    with (
-        _reserved_port("port", config.host, config.port) as port,
-        _reserved_port("http_port", config.host, config.http_port) as http_port,
-    ):
-        children: list[int] = []
+    with contextlib.ExitStack() as held:
+        port = http_port = None
+        if config.shared_ports:
+            port = held.enter_context(listeners.reserved_port("port", config.host, config.port))
+            http_port = held.enter_context(
+                listeners.reserved_port("http_port", config.host, config.http_port)
+            )
+        held.enter_context(listeners.reserved_workers(config))
+        running: dict[int, Running] = {}
         # The parent's objects, frozen, are never written by the workers' collections: their
         # pages stay shared.
         gc.freeze()
-        for _ in range(config.workers):
+        for index in range(config.workers):
+            worker = Worker.of(config, index)
             pid = os.fork()
             if pid == 0:
-                code = _serve_process(config, port, http_port, security)
+                metrics.set_worker(index)
+                code = _serve_process(config, port or 0, http_port, security, worker)
                 logging.shutdown()
                 os._exit(code)
-            children.append(pid)
+            running[pid] = Running(index, pid, worker.port, worker.http_port)
+        children = list(running)
 
         def forward(signum: int, _frame: object) -> None:
             for child in children:
@@ -462,20 +493,42 @@ def _run_workers(config: ServerConfig, security: Security) -> int:
 
         signal.signal(signal.SIGTERM, forward)
         signal.signal(signal.SIGINT, forward)
-        log.info(
-            "workers started", extra={"fields": {"port": port, "http_port": http_port, "workers": children}}
-        )
+        workers = [asdict(w) for w in running.values()]
+        fields = {"port": port, "http_port": http_port, "workers": workers}
+        log.info("workers started", extra={"fields": fields})
+        _write_workers_file(config, port, http_port, running.values())
         failed = False
         while children:
             pid, status = os.wait()
             children.remove(pid)
+            gone = running.pop(pid)
+            _write_workers_file(config, port, http_port, running.values())
             metrics.worker_exited(pid)
-            if os.waitstatus_to_exitcode(status) != 0 and not failed:
+            code = os.waitstatus_to_exitcode(status)
+            log.info("worker exited", extra={"fields": {"worker": gone.index, "pid": pid, "code": code}})
+            if code != 0 and not failed:
                 # A worker died: stop the rest so a supervisor sees the failure and restarts us.
                 failed = True
                 log.error("worker failed", extra={"fields": {"worker": pid, "status": status}})
                 forward(signal.SIGTERM, None)
         return 1 if failed else 0
+
+
+def _write_workers_file(
+    config: ServerConfig, port: int | None, http_port: int | None, workers: Iterable[Running]
+) -> None:
+    if config.workers_file is not None:
+        listeners.write_workers_file(config.workers_file, config, port, http_port, list(workers))
+
+
+@contextlib.contextmanager
+def _workers_file(config: ServerConfig) -> Iterator[None]:
+    """Removes the workers file when the server stops."""
+    try:
+        yield
+    finally:
+        if config.workers_file is not None:
+            Path(config.workers_file).unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -501,11 +554,18 @@ def run(config: ServerConfig) -> int:
         upstreams.with_keys(config.upstreams)  # a key's variable unset stops the start here
     except upstreams.UpstreamConfigError as e:
         raise ConfigError(str(e)) from None
-    with _metrics_directory():
+    with _metrics_directory(), _workers_file(config):
         if config.workers > 1:
             try:
                 return _run_workers(config, security)
             except BindError as e:
                 log.error("cannot serve", extra={"fields": e.fields})
                 return 1
-        return _serve_process(config, config.port, config.http_port, security)
+        worker = Worker.of(config, 0)
+
+        def started(server: Server) -> None:  # the ports bound (a port of 0 is one now)
+            port, http_port = (server.port, server.http_port) if config.shared_ports else (None, None)
+            entry = Running(0, os.getpid(), worker.port, worker.http_port)
+            _write_workers_file(config, port, http_port, [entry])
+
+        return _serve_process(config, config.port, config.http_port, security, worker, started)

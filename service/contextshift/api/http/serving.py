@@ -9,7 +9,7 @@ import json
 import math
 import socket
 import ssl
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import h11
 import uvicorn
@@ -94,9 +94,9 @@ class _Uvicorn(uvicorn.Server):
 
 
 async def start(
-    app: Starlette, config: ServerConfig, sock: socket.socket, tls_files: Tls | None
+    app: Starlette, config: ServerConfig, sockets: Sequence[socket.socket], tls_files: Tls | None
 ) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    """uvicorn serving `app` on the listening socket `sock`, once it is listening."""
+    """uvicorn serving `app` on the listening `sockets`, once it is listening."""
     http = _Uvicorn(
         uvicorn.Config(
             app,
@@ -113,7 +113,7 @@ async def start(
             ssl_cert_reqs=tls_files.client_cert_reqs if tls_files else ssl.CERT_NONE,
         )
     )
-    task = asyncio.create_task(http.serve(sockets=[sock]))
+    task = asyncio.create_task(http.serve(sockets=list(sockets)))
     while not http.started:  # serve() has no hook for "listening"
         if task.done():
             task.result()  # raises why it stopped
