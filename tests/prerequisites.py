@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DEBIAN = {
     "chromium": ("the preview page's browser test", lambda: Path("/usr/bin/chromium").exists()),
     "postgresql": ("the store's tests", lambda: bool(glob.glob("/usr/lib/postgresql/*/bin/initdb"))),
+    "haproxy": ("the balancer test and benchmark", lambda: Path("/usr/sbin/haproxy").exists()),
 }
 
 
