@@ -120,7 +120,9 @@ class Slices:
     errors: int = 0
 
 
-def _ghz(address: str, rpc: str, data: Path, concurrency: int, *limit: str) -> dict[str, Any]:
+def ghz(address: str, rpc: str, data: Path, concurrency: int, *limit: str) -> dict[str, Any]:
+    """ghz's JSON report of `rpc` calls on `address` with the requests in `data`; `limit`: more
+    flags (how long, how many, metadata)."""
     done = subprocess.run(
         [
             str(GHZ),
@@ -177,8 +179,8 @@ def _measure_server(
     measured = {key: Slices([]) for key in plan}
     for _ in range(rounds):
         for rpc, kib, concurrency in plan:
-            _ghz(address, rpc, data[rpc, kib], concurrency, "--total", str(WARM_CALLS))
-            report = _ghz(address, rpc, data[rpc, kib], concurrency, "--duration", f"{seconds}s")
+            ghz(address, rpc, data[rpc, kib], concurrency, "--total", str(WARM_CALLS))
+            report = ghz(address, rpc, data[rpc, kib], concurrency, "--duration", f"{seconds}s")
             slices = measured[rpc, kib, concurrency]
             slices.seconds += report["total"] / 1e9
             for call in report.get("details") or []:
