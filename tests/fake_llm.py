@@ -65,10 +65,7 @@ class FakeLlm:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # quiet: a test reads `requests`
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = serve_in_thread(Handler)
 
     @property
     def port(self) -> int:
@@ -79,8 +76,7 @@ class FakeLlm:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop(self._server)
 
     def _answer(self, handler: BaseHTTPRequestHandler, body: dict[str, Any], headers: dict[str, str]) -> None:
         mode = self.mode
@@ -123,6 +119,19 @@ class FakeLlm:
             handler.wfile.write(payload)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout test)
+
+
+def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """A real HTTP server on 127.0.0.1 and a free port, serving `handler` from a thread of its own."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def stop(server: ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 def closed_port_url() -> str:

@@ -18,12 +18,12 @@ import json
 import math
 import select
 import socket
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from fake_llm import serve_in_thread, stop
 from test_profiles_exact import openai_encoding
 
 MODES = ("ok", "rate_limit", "error", "unauthorized", "hang", "slow")
@@ -167,10 +167,7 @@ class FakeProvider:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        self._server = serve_in_thread(Handler)
 
     @property
     def port(self) -> int:
@@ -185,8 +182,7 @@ class FakeProvider:
         return f"http://127.0.0.1:{self.port}"
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        stop(self._server)
 
     def reset(self) -> None:
         self.mode = "ok"
@@ -612,11 +608,3 @@ class FakeProvider:
             handler.wfile.write(payload)
         except OSError:
             pass
-
-
-def closed_port_url() -> str:
-    """A URL on 127.0.0.1 where nothing listens: connections are refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from fake_provider import FakeProvider
 
 from .conftest import ServerProcess, serving
@@ -36,6 +37,26 @@ def provider() -> FakeProvider:
     fake = FakeProvider()
     fake.windows = {OPENAI_MODEL: SMALL_WINDOW, ANTHROPIC_MODEL: SMALL_WINDOW}
     return fake
+
+
+# Fixtures, made in each module as `name = pytest.fixture(...)(function)`: a module's provider, its
+# gateway (started with the module's GATEWAY_FLAGS), the provider reset before each test.
+def module_provider() -> Iterator[FakeProvider]:
+    running = provider()
+    yield running
+    running.close()
+
+
+def module_gateway(
+    fake: FakeProvider, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    flags = getattr(request.module, "GATEWAY_FLAGS", ())
+    with gateway(tmp_path_factory.mktemp("gateway"), fake, *flags) as running:
+        yield running
+
+
+def reset_provider(fake: FakeProvider) -> None:
+    fake.reset()
 
 
 @contextlib.contextmanager
@@ -96,22 +117,16 @@ def check_responses_groups(items: list[dict[str, Any]]) -> None:
             assert items[at + 1].get("call_id") == f"call_{turn}", "a reasoning item left without its call"
 
 
+def _parts(messages: list[dict[str, Any]], kind: str, key: str) -> set[str]:
+    """The `key` of every `kind` part of an Anthropic message list."""
+    return {
+        p[key] for m in messages if isinstance(m["content"], list) for p in m["content"] if p["type"] == kind
+    }
+
+
 def check_anthropic_groups(messages: list[dict[str, Any]]) -> None:
-    """Every tool_use has its tool_result and every result its use; thinking stays with its turn."""
-    uses = {
-        p["id"]
-        for m in messages
-        if isinstance(m["content"], list)
-        for p in m["content"]
-        if p["type"] == "tool_use"
-    }
-    results = {
-        p["tool_use_id"]
-        for m in messages
-        if isinstance(m["content"], list)
-        for p in m["content"]
-        if p["type"] == "tool_result"
-    }
+    """Every tool_use has its tool_result and every result its use, and the list starts on a user turn."""
+    uses, results = _parts(messages, "tool_use", "id"), _parts(messages, "tool_result", "tool_use_id")
     assert uses == results, uses ^ results
     assert messages[0]["role"] == "user"
 

@@ -12,7 +12,6 @@ import json
 import socket
 import statistics
 import time
-from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -26,8 +25,9 @@ from .gateway_support import (
     OPENAI_MODEL,
     audit,
     contextshift_headers,
-    gateway,
-    provider,
+    module_gateway,
+    module_provider,
+    reset_provider,
     sent_messages,
     settled,
 )
@@ -36,22 +36,9 @@ KEY = "sk-caller-0123456789"
 SYSTEM = "You are a careful assistant. Keep answers short."
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    running = provider()
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def server(fake: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with gateway(tmp_path_factory.mktemp("gateway"), fake) as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(fake: FakeProvider) -> None:
-    fake.reset()
+fake = pytest.fixture(scope="module", name="fake")(module_provider)
+server = pytest.fixture(scope="module", name="server")(module_gateway)
+fresh = pytest.fixture(autouse=True, name="fresh")(reset_provider)
 
 
 def openai_client(server: ServerProcess) -> openai.OpenAI:

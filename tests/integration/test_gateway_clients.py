@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,27 +15,14 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_openai import ChatOpenAI
 
 from .conftest import ServerProcess
-from .gateway_support import OPENAI_MODEL, gateway, provider, settled
+from .gateway_support import OPENAI_MODEL, module_gateway, module_provider, reset_provider, settled
 
 NODE_PROJECT = Path(__file__).resolve().parents[1] / "node"
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    running = provider()
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def server(fake: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with gateway(tmp_path_factory.mktemp("clients"), fake) as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(fake: FakeProvider) -> None:
-    fake.reset()
+fake = pytest.fixture(scope="module", name="fake")(module_provider)
+server = pytest.fixture(scope="module", name="server")(module_gateway)
+fresh = pytest.fixture(autouse=True, name="fresh")(reset_provider)
 
 
 def node_modules() -> Path:

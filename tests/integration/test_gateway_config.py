@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -17,22 +16,14 @@ import pytest
 from fake_provider import FakeProvider
 
 from .conftest import serving, start_server
-from .gateway_support import audit, gateway, provider, settled
+from .gateway_support import audit, gateway, module_provider, reset_provider, settled
 
 MESSAGES = [{"role": "user", "content": "hello"}]
 CALLER_KEY = "sk-caller-0123456789"
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    running = provider()
-    yield running
-    running.close()
-
-
-@pytest.fixture(autouse=True)
-def fresh(fake: FakeProvider) -> None:
-    fake.reset()
+fake = pytest.fixture(scope="module", name="fake")(module_provider)
+fresh = pytest.fixture(autouse=True, name="fresh")(reset_provider)
 
 
 def test_upstreams_from_the_config_file_by_model_prefix_with_a_server_key(

@@ -8,44 +8,38 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
-from fake_provider import RETRY_AFTER, UPSTREAM_SECRET_TEXT, FakeProvider, closed_port_url
+from fake_llm import closed_port_url
+from fake_provider import RETRY_AFTER, UPSTREAM_SECRET_TEXT, FakeProvider
 
 from .conftest import ServerProcess, serving
-from .gateway_support import audit_text, gateway, provider, settled
+from .gateway_support import audit_text, module_gateway, module_provider, reset_provider, settled
 
 KEY = "sk-failures-0123456789"
 MESSAGES = [{"role": "user", "content": "hello there"}]
 READ_TIMEOUT = 1.5
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    running = provider()
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def server(fake: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    flags = ("--upstream-read-timeout-seconds", str(READ_TIMEOUT))
-    with gateway(tmp_path_factory.mktemp("failures"), fake, *flags) as running:
-        yield running
-
-
-@pytest.fixture(autouse=True)
-def fresh(fake: FakeProvider) -> None:
-    fake.reset()
+GATEWAY_FLAGS = ("--upstream-read-timeout-seconds", str(READ_TIMEOUT))
+fake = pytest.fixture(scope="module", name="fake")(module_provider)
+server = pytest.fixture(scope="module", name="server")(module_gateway)
+fresh = pytest.fixture(autouse=True, name="fresh")(reset_provider)
 
 
 def openai_client(server: ServerProcess, key: str = KEY, timeout: float = 30) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.http_url}/v1", api_key=key, max_retries=0, timeout=timeout)
+
+
+def upstream_closed_within(fake: FakeProvider, left: float, seconds: float) -> bool:
+    """Whether the provider saw its connection closed within `seconds` of the caller leaving."""
+    while fake.closed_at is None and time.monotonic() - left < 5:
+        time.sleep(0.01)
+    return fake.closed_at is not None and fake.closed_at - left < seconds
 
 
 def failed_with(server: ServerProcess, chat_id: str, code: str) -> None:
@@ -133,10 +127,7 @@ def test_a_caller_hanging_up_mid_stream_closes_the_upstream_and_cancels(
     chunks = iter(stream)
     next(chunks), next(chunks)  # the answer is under way
     stream.close()
-    left = time.monotonic()
-    while fake.closed_at is None and time.monotonic() - left < 5:
-        time.sleep(0.01)
-    assert fake.closed_at is not None and fake.closed_at - left < 1.0
+    assert upstream_closed_within(fake, time.monotonic(), 1.0)
     closed = settled(server, "left")
     assert closed["status"] == "GENERATION_STATUS_CANCELLED"
 
@@ -151,10 +142,7 @@ def test_a_caller_hanging_up_before_the_answer_began_cancels_too(
             messages=MESSAGES,
             extra_headers={"x-chat-id": "impatient"},
         )
-    left = time.monotonic()
-    while fake.closed_at is None and time.monotonic() - left < 5:
-        time.sleep(0.01)
-    assert fake.closed_at is not None and fake.closed_at - left < 1.0
+    assert upstream_closed_within(fake, time.monotonic(), 1.0)
     assert settled(server, "impatient")["status"] == "GENERATION_STATUS_CANCELLED"
 
 

@@ -7,7 +7,6 @@ the system prompt, and the latest turn; reasoning and signatures come back untou
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -23,8 +22,8 @@ from .gateway_support import (
     check_anthropic_groups,
     check_openai_groups,
     check_responses_groups,
-    gateway,
-    provider,
+    module_gateway,
+    module_provider,
     settled,
 )
 
@@ -39,17 +38,8 @@ def tool_output(turn: int) -> str:
     return "\n".join(f"result {turn}.{line}: rivers carry sediment to the delta" for line in range(110))
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeProvider]:
-    running = provider()
-    yield running
-    running.close()
-
-
-@pytest.fixture(scope="module")
-def server(fake: FakeProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with gateway(tmp_path_factory.mktemp("loops"), fake) as running:
-        yield running
+fake = pytest.fixture(scope="module", name="fake")(module_provider)
+server = pytest.fixture(scope="module", name="server")(module_gateway)
 
 
 def test_a_chat_completions_tool_loop(server: ServerProcess, fake: FakeProvider) -> None:

@@ -365,17 +365,8 @@ class Gateway:
     async def _forward(self, fitted: _Fitted, kept: bytes, request: Request, call: _GatewayCall) -> Response:
         """Sends the fitted body upstream; the answer to relay, or the error to answer with."""
         body, upstream = fitted.body, fitted.upstream
-        url = upstream.url(body.endpoint.path)
-        if request.url.query:
-            url += "?" + request.url.query
-        client = self._clients.of(upstream)
-        outgoing = client.build_request(
-            "POST",
-            url,
-            content=formats.upstream_body(body, kept, fitted.plan),
-            headers=relay.upstream_headers(request.headers.raw, upstream),
-            timeout=self._timeouts[upstream.name],
-        )
+        content = formats.upstream_body(body, kept, fitted.plan)
+        client, outgoing = self._upstream_request("POST", upstream, body.endpoint.path, request, content)
         sent = time.perf_counter()
         sending = asyncio.ensure_future(client.send(outgoing, stream=True))
         hangup = asyncio.ensure_future(_disconnected(request.receive))
@@ -411,6 +402,19 @@ class Gateway:
         await self._close(fitted, pb.GENERATION_STATUS_FAILED, error=error)
         self._record(fitted, str(answer.status_code))
         return _whole_answer(answer.status_code, content, headers)
+
+    def _upstream_request(
+        self, method: str, upstream: Upstream, path: str, request: Request, content: bytes | None = None
+    ) -> tuple[httpx.AsyncClient, httpx.Request]:
+        """The request for `upstream` of a gateway `path`, with the caller's query and headers."""
+        url = upstream.url(path)
+        if request.url.query:
+            url += "?" + request.url.query
+        client = self._clients.of(upstream)
+        headers = relay.upstream_headers(request.headers.raw, upstream)
+        return client, client.build_request(
+            method, url, content=content, headers=headers, timeout=self._timeouts[upstream.name]
+        )
 
     async def _unanswered(
         self, fitted: _Fitted, call: _GatewayCall, status: int, kind: str, message: str
@@ -548,16 +552,7 @@ class Gateway:
                 call.status = 404
                 return _error("openai", _Refused(404, f"no model {model!r}", code="model_not_found"))
             path = "/".join(["/v1/models", *(quote(segment, safe=_SEGMENT_SAFE) for segment in segments)])
-            url = upstream.url(path)
-            if request.url.query:
-                url += "?" + request.url.query
-            client = self._clients.of(upstream)
-            outgoing = client.build_request(
-                "GET",
-                url,
-                headers=relay.upstream_headers(request.headers.raw, upstream),
-                timeout=self._timeouts[upstream.name],
-            )
+            client, outgoing = self._upstream_request("GET", upstream, path, request)
             try:
                 answer = await client.send(outgoing, stream=True)
             except httpx.TimeoutException:
