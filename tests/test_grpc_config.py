@@ -14,7 +14,8 @@ from contextshift.api.service.ids import uuid7
 
 def test_defaults_cover_every_field() -> None:
     settings = config.load({}, env={})
-    assert {f.name for f in dataclasses.fields(settings)} == {s.name for s in config.SETTINGS}
+    fields = {f.name for f in dataclasses.fields(settings)}
+    assert fields == {s.name for s in config.SETTINGS} | set(config.FILE_ONLY)
     assert (settings.host, settings.port, settings.workers) == ("127.0.0.1", 50051, 1)
 
 

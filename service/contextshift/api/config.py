@@ -18,6 +18,8 @@ from contextshift.api.gateway.upstreams import Upstream
 from contextshift.summarizer.llm import url_problem
 
 CONFIG_ENV = "CONTEXTSHIFT_CONFIG"
+# Keys of the config file that are no flag and no variable: the gateway's [[upstreams]] tables.
+FILE_ONLY = ("upstreams",)
 
 
 @dataclass(frozen=True)
@@ -479,7 +481,7 @@ def load(
             file_values = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"{path}: {e}") from None
-        known = {s.name for s in SETTINGS} | {"upstreams"}
+        known = {s.name for s in SETTINGS} | set(FILE_ONLY)
         unknown = sorted(set(file_values) - known)
         if unknown:
             raise ConfigError(
