@@ -24,7 +24,6 @@ own cost).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -37,7 +36,7 @@ import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from benchmarks import ghz_bench  # noqa: E402
-from benchmarks.output import Column, command, print_table, publish  # noqa: E402
+from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2  # noqa: E402
 from tests import haproxy  # noqa: E402
 from tests.integration.conftest import free_ports, start_server  # noqa: E402
@@ -200,12 +199,7 @@ def main(quick: bool = False) -> int:
     print(
         f"two workers behind HAProxy hashing x-chat-id vs SO_REUSEPORT: ghz ({ghz_bench.GHZ}), concurrency {CONCURRENCY}"
     )
-    load = "load average {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
-    rows = run(quick)
-    findings = report(rows)
-    findings.append(f"{load} before the run, " + "{:.2f}, {:.2f}, {:.2f} after".format(*os.getloadavg()))
-    publish("balancer", rows, findings)
-    return 0
+    return run_and_publish("balancer", run, report, quick)
 
 
 if __name__ == "__main__":

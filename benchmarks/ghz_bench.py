@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -40,7 +39,7 @@ import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from benchmarks.hysteresis import whole_conversations  # noqa: E402
-from benchmarks.output import Column, command, print_table, publish  # noqa: E402
+from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
 from contextshift._proto.contextshift.bench.v1 import echo_service_pb2  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2  # noqa: E402
 from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
@@ -361,12 +360,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(quick: bool = False) -> int:
     print(f"ghz ({GHZ}): ShiftContext with and without a chat id beside echo-bytes")
-    load = "load average {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
-    rows = run(quick)
-    findings = report(rows)
-    findings.append(f"{load} before the run, " + "{:.2f}, {:.2f}, {:.2f} after".format(*os.getloadavg()))
-    publish("ghz", rows, findings)
-    return 0
+    return run_and_publish("ghz", run, report, quick)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,22 @@ def publish(name: str, rows: list[dict[str, Any]], findings: list[str]) -> None:
     for line in findings:
         print(line)
     save(name, rows, findings)
+
+
+def run_and_publish(
+    name: str,
+    run: Callable[[bool], list[dict[str, Any]]],
+    report: Callable[[list[dict[str, Any]]], list[str]],
+    quick: bool,
+) -> int:
+    """A benchmark's rows (`run`), its table and findings (`report`), with the machine's load
+    average before and after the run (a shared machine's figures vary with it), published."""
+    before = "load average {:.2f}, {:.2f}, {:.2f}".format(*os.getloadavg())
+    rows = run(quick)
+    findings = report(rows)
+    findings.append(f"{before} before the run, " + "{:.2f}, {:.2f}, {:.2f} after".format(*os.getloadavg()))
+    publish(name, rows, findings)
+    return 0
 
 
 def command(main: Callable[[bool], int], doc: str | None, quick: str) -> NoReturn:

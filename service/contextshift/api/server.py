@@ -33,11 +33,11 @@ import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import uvicorn
 from google.protobuf import descriptor_pool
@@ -408,16 +408,10 @@ async def serve(
     await running.stop(config)
 
 
-def _serve_process(
-    config: ServerConfig,
-    port: int,
-    http_port: int | None,
-    security: Security,
-    worker: Worker,
-    started: Callable[[Server], None] | None = None,
-) -> int:
+def _serve_process(config: ServerConfig, serving: Coroutine[Any, Any, None]) -> int:
+    """Runs `serving` (a `serve`) to its end: the process's exit code."""
     try:
-        asyncio.run(serve(config, port, http_port, security, worker, started))
+        asyncio.run(serving)
     except BindError as e:
         log.error("cannot serve", extra={"fields": e.fields})
         return 1
@@ -480,7 +474,7 @@ def _run_workers(config: ServerConfig, security: Security) -> int:
             pid = os.fork()
             if pid == 0:
                 metrics.set_worker(index)
-                code = _serve_process(config, port or 0, http_port, security, worker)
+                code = _serve_process(config, serve(config, port or 0, http_port, security, worker))
                 logging.shutdown()
                 os._exit(code)
             running[pid] = Running(index, pid, worker.port, worker.http_port)
@@ -568,4 +562,4 @@ def run(config: ServerConfig) -> int:
             entry = Running(0, os.getpid(), worker.port, worker.http_port)
             _write_workers_file(config, port, http_port, [entry])
 
-        return _serve_process(config, config.port, config.http_port, security, worker, started)
+        return _serve_process(config, serve(config, config.port, config.http_port, security, worker, started))
