@@ -288,7 +288,6 @@ class Gateway:
 
     async def _fitted_call(self, endpoint: Endpoint, request: Request, call: _GatewayCall) -> Response:
         """Steps 1 to 3 of the module's doc; the answer, or the gateway's own error."""
-        body: Body | None = None
         upstream_name = _NO_UPSTREAM
         taken = False
         try:
@@ -300,7 +299,7 @@ class Gateway:
             try:
                 upstream = upstreams.choose(self._upstreams, endpoint.format, body.model)
             except upstreams.NoUpstream as e:
-                status = 404 if "takes model" in str(e) else 501
+                status = 404 if e.configured else 501
                 raise _Refused(status, str(e), code="model_not_found", param="model") from None
             upstream_name = upstream.name
             if self._in_flight >= self._limit:
@@ -541,11 +540,10 @@ class Gateway:
             try:
                 upstream = upstreams.choose(self._upstreams, "openai", "")
             except upstreams.NoUpstream as e:
-                mine = [u for u in self._upstreams if u.format == "openai"]
-                if not mine:
+                if not e.configured:
                     call.status = 501
                     return _error("openai", _Refused(501, str(e), code="model_not_found"))
-                upstream = mine[0]
+                upstream = next(u for u in self._upstreams if u.format == "openai")
             model = request.path_params.get("model")
             segments = model.split("/") if model is not None else []
             if any(segment in ("", ".", "..") for segment in segments):  # no other path upstream

@@ -179,7 +179,12 @@ def with_keys(upstreams: Sequence[Upstream], env: Mapping[str, str] | None = Non
 
 
 class NoUpstream(Exception):
-    """No upstream of a format takes a model: the message says what to set."""
+    """No upstream of a format takes a model: the message says what to set. `configured`: whether
+    the format has upstreams at all (then none takes the model)."""
+
+    def __init__(self, message: str, *, configured: bool) -> None:
+        super().__init__(message)
+        self.configured = configured
 
 
 def choose(upstreams: Sequence[Upstream], kind: Format, model: str) -> Upstream:
@@ -198,11 +203,13 @@ def choose(upstreams: Sequence[Upstream], kind: Format, model: str) -> Upstream:
             raise NoUpstream(
                 f"no {kind} upstream of this gateway takes model {model!r} (their model_prefixes: "
                 + "; ".join(f"{u.name}: {', '.join(u.model_prefixes)}" for u in mine)
-                + ")"
+                + ")",
+                configured=True,
             )
         raise NoUpstream(
             f"this gateway has no {kind} upstream: start it with --{SETTING[kind].replace('_', '-')} URL "
             f"(env CONTEXTSHIFT_{SETTING[kind].upper()}), or add an [[upstreams]] table with "
-            f'format = "{kind}" to its config file'
+            f'format = "{kind}" to its config file',
+            configured=False,
         )
     return best
