@@ -18,6 +18,7 @@ mod counting;
 mod decisions;
 mod objects;
 mod recent_dicts;
+mod stored;
 mod wire;
 
 use crate::boundary::guarded;
@@ -59,6 +60,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(clear_count_cache, m)?)?;
     m.add_function(wrap_pyfunction!(block_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(configure_block_cache, m)?)?;
+    m.add_class::<stored::PyStoredBlocks>()?;
+    m.add_function(wrap_pyfunction!(stored::store_messages, m)?)?;
+    m.add_function(wrap_pyfunction!(stored::rebuild_messages, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add("REASONS", PyTuple::new(m.py(), Reason::ALL.iter().map(|r| r.as_str()))?)?;
     Ok(())

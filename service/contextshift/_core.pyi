@@ -16,6 +16,7 @@ __all__ = [
     "Layout",
     "Plan",
     "ProfileDescription",
+    "StoredBlocks",
     "_panic_for_tests",
     "block_cache_stats",
     "clear_count_cache",
@@ -28,8 +29,10 @@ __all__ = [
     "describe_profile",
     "encode_pieces",
     "profiles",
+    "rebuild_messages",
     "rewrite_block",
     "split_message_field",
+    "store_messages",
 ]
 
 # Every stable reason code, in the core's order (contextshift.reasons.Reason is held to it).
@@ -194,6 +197,19 @@ class ProfileDescription:
     @property
     def reasoning_source(self) -> str: ...
 
+@final
+class StoredBlocks:
+    """The blocks a chat has stored for its audit (their hashes)."""
+    def __new__(cls) -> StoredBlocks: ...
+    @staticmethod
+    def from_refs(refs: bytes) -> StoredBlocks: ...
+    def __len__(self) -> int: ...
+    def segment_hashes(self) -> list[bytes]: ...
+
+def store_messages(
+    messages: bytes | None, stored: StoredBlocks
+) -> tuple[bytes | None, list[tuple[bytes, bytes]], list[bytes], StoredBlocks]: ...
+def rebuild_messages(refs: bytes, segments: Sequence[tuple[bytes, bytes]]) -> bytes: ...
 def split_message_field(message: bytes, field_number: int) -> tuple[bytes, bytes | None]: ...
 def encode_pieces(pieces: Sequence[_Piece]) -> bytes: ...
 def rewrite_block(

@@ -13,6 +13,7 @@ from contextshift._core import (
     Layout,
     Plan,
     ProfileDescription,
+    StoredBlocks,
     block_cache_stats,
     clear_count_cache,
     configure_block_cache,
@@ -24,8 +25,10 @@ from contextshift._core import (
     describe_profile,
     encode_pieces,
     profiles,
+    rebuild_messages,
     rewrite_block,
     split_message_field,
+    store_messages,
 )
 
 # Part of an encoded message for `encode_pieces`: bytes as they are, or `(field_number, pieces)`
@@ -40,6 +43,7 @@ __all__ = [
     "Piece",
     "Plan",
     "ProfileDescription",
+    "StoredBlocks",
     "block_cache_stats",
     "clear_count_cache",
     "configure_block_cache",
@@ -51,8 +55,10 @@ __all__ = [
     "describe_profile",
     "encode_pieces",
     "profiles",
+    "rebuild_messages",
     "rewrite_block",
     "split_message_field",
+    "store_messages",
 ]
 
 

@@ -24,6 +24,7 @@ pub mod plan;
 pub mod profile;
 pub mod reasoning;
 pub mod relevance;
+pub mod stored_blocks;
 pub mod tools;
 pub mod verbatim;
 pub mod wire;
