@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import REGISTRY
 from test_grpc_inline import CountingExecutor
 
+from contextshift import engine
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import metrics
 from contextshift.api.service import audit_payload
@@ -115,7 +116,12 @@ def test_a_warm_chat_is_shifted_on_the_event_loop_without_reading_the_store(
         stored = store.audit("", "c")
         assert stored is not None and stored.generation.generation_id == "g1"
         kept = worker._caches.prompts.peek(("prompt", "", "c"))
-        assert kept == (audit_key(stored.generation), audit_payload.previous_prompt(stored))
+        assert kept[:2] == (audit_key(stored.generation), audit_payload.previous_prompt(stored))
+        # and the blocks the chat stored for it: those its audit references
+        assert stored.message_refs is not None
+        held = engine.StoredBlocks.from_refs(stored.message_refs)
+        assert sorted(kept.blocks.segment_hashes()) == sorted(held.segment_hashes())
+        assert len(kept.blocks) == len(held) > 0
         assert kept[1].excluded  # the budget cut: a cut to carry
         for n, turns in enumerate((21, 22, 23)):
             await shifted(worker, "c", turns, f"g{n + 2}")

@@ -23,7 +23,7 @@ import contextshift
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift._proto.contextshift.v1 import context_service_pb2_grpc
 from contextshift.audit import open_store, sql
-from contextshift.audit.migrations import MIGRATIONS
+from contextshift.audit.migrations import LATEST, MIGRATIONS
 from contextshift.audit.store import UNCHECKED, Generation, ShiftRecord
 
 from .conftest import ServerProcess, serving
@@ -308,6 +308,6 @@ def test_a_server_migrates_a_store_of_the_previous_version_and_lists_its_chats(
         assert first.excluded_count > 0
     store = open_store(url)
     try:
-        assert store.schema_version() == 3 and store.problems() == []
+        assert store.schema_version() == LATEST and store.problems() == []
     finally:
         store.close()

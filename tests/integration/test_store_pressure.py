@@ -65,14 +65,14 @@ def store_full(error: grpc.RpcError) -> str:
 def test_a_full_store_refuses_audits_and_appends_serves_the_rest_and_a_deletion_makes_room(
     tmp_path: Path, url: str
 ) -> None:
-    cap = 600_000  # some tens of audits of these 44 KiB chats
+    cap = 600_000  # a hundred or so audits of these 44 KiB chats (their blocks compressed)
     with (
         serving(tmp_path, "--max-store-bytes", str(cap), store=url) as server,
         grpc.insecure_channel(server.address) as channel,
     ):
         sent: set[str] = set()
         refused = None
-        for n in range(200):
+        for n in range(400):
             tag = f"g{n}"
             sent.add(tag)
             try:
@@ -80,7 +80,7 @@ def test_a_full_store_refuses_audits_and_appends_serves_the_rest_and_a_deletion_
             except grpc.RpcError as e:
                 refused = e
                 break
-        assert refused is not None and 10 <= n <= 100, n
+        assert refused is not None and 10 <= n <= 300, n
         assert store_full(refused) == "max_store_bytes"
         with pytest.raises(grpc.RpcError) as caught:
             stub(channel).GetContextAudit(pb.GetContextAuditRequest(chat_id=f"chat-{n}"), timeout=10)
@@ -278,7 +278,7 @@ def test_postgresql_stopped_under_load_fails_audited_calls_fast_serves_previews_
         try:
             assert store.problems() == []
             for chat_id, tags in sent.items():
-                stored = store.audit("", chat_id)
+                stored = store.audit("", chat_id, with_blocks=True)
                 assert stored is not None
                 check_audit(audit_payload.decode(stored), chat_id, tags)
         finally:

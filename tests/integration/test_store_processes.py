@@ -507,7 +507,7 @@ def test_a_server_killed_mid_write_leaves_a_whole_store(tmp_path: Path, url: str
         try:
             assert store.problems() == [], f"round {round_}"
             for chat in chats:
-                stored = store.audit("", chat.chat_id)
+                stored = store.audit("", chat.chat_id, with_blocks=True)
                 assert stored is not None, f"round {round_}: {chat.chat_id} lost its audit"
                 audit = audit_payload.decode(stored)
                 check_audit(audit, chat.chat_id, chat.sent)

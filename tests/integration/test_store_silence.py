@@ -113,7 +113,7 @@ class Chats:
         try:
             assert store.problems() == []
             for chat_id in self.ids:
-                stored = store.audit("", chat_id)
+                stored = store.audit("", chat_id, with_blocks=True)
                 assert stored is not None, chat_id
                 check_audit(audit_payload.decode(stored), chat_id, self.sent[chat_id])
         finally:

@@ -1,7 +1,8 @@
 """The store's schema, as numbered migrations shared by SQLite and PostgreSQL.
 
 Each migration is a list of statements in the SQL both databases speak; `{blob}` stands for the
-binary type (BLOB, BYTEA) and `{now_ms}` for the time the migration runs. A store applies the migrations it has not applied yet, in order, in one
+binary type (BLOB, BYTEA) and `{now_ms}` for the time the migration runs; some rewrite stored data
+too (`conversions`). A store applies the migrations it has not applied yet, in order, in one
 transaction that also records them in `contextshift_schema` (DDL is transactional in both), under
 a lock (SQLite's write lock, a PostgreSQL advisory lock), so processes starting together apply each
 migration once. Never edit an applied migration: add the next one.
@@ -11,7 +12,10 @@ Times are Unix milliseconds; every key starts with the tenant.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from contextshift.audit import conversions
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,8 @@ class Migration:
     description: str
     statements: tuple[str, ...]
     postgres: tuple[str, ...] = ()  # run by PostgreSQL only, after the statements
+    # Rewrites stored data after the statements (`conversions`), in the same transaction.
+    convert: Callable[[conversions.Rewrite], None] | None = None
 
     def for_dialect(self, dialect: str) -> tuple[str, ...]:
         return self.statements + (self.postgres if dialect == "postgresql" else ())
@@ -188,6 +194,61 @@ MIGRATIONS = (
             "CREATE INDEX audits_by_time ON audits "
             "(tenant, created_ms, chat_id, generation_id, kept_count, excluded_count)",
         ),
+    ),
+    Migration(
+        4,
+        "audit_segments: an audit's messages stored once per chat, the audit referencing them",
+        (
+            # The blocks of a chat's audit, each once: the blocks one write added form a segment,
+            # compressed together and keyed by a hash (16 bytes) of its blocks' hashes
+            # (`engine.store_messages`). A chat holds the segments its audit references, so a next
+            # turn writes one segment of its new blocks and deletes those no longer needed.
+            """CREATE TABLE audit_segments (
+                tenant TEXT NOT NULL,
+                chat_id TEXT NOT NULL,
+                segment_hash {blob} NOT NULL,
+                data {blob} NOT NULL,
+                PRIMARY KEY (tenant, chat_id, segment_hash)
+            )""",
+            # The audit's references to them, in order (NULL: its messages are in its payload).
+            "ALTER TABLE audits ADD COLUMN message_refs {blob}",
+        ),
+        postgres=(
+            # store_usage counts the segments' bytes too (migration 2).
+            """CREATE OR REPLACE FUNCTION contextshift_count_bytes() RETURNS trigger LANGUAGE plpgsql AS $$
+            DECLARE
+                delta BIGINT := 0;
+            BEGIN
+                IF TG_LEVEL = 'STATEMENT' THEN  -- a deletion: its rows are in `removed`
+                    IF TG_TABLE_NAME = 'audits' THEN
+                        delta := -(SELECT COALESCE(SUM(octet_length(payload)), 0) FROM removed);
+                    ELSIF TG_TABLE_NAME = 'audit_segments' THEN
+                        delta := -(SELECT COALESCE(SUM(octet_length(data)), 0) FROM removed);
+                    ELSE
+                        delta := -(SELECT COALESCE(SUM(octet_length(block_json)), 0) FROM removed);
+                    END IF;
+                ELSIF TG_TABLE_NAME = 'audits' THEN
+                    delta := octet_length(NEW.payload);
+                    IF TG_OP = 'UPDATE' THEN
+                        delta := delta - octet_length(OLD.payload);
+                    END IF;
+                ELSIF TG_TABLE_NAME = 'audit_segments' THEN
+                    delta := octet_length(NEW.data);
+                ELSE
+                    delta := octet_length(NEW.block_json);
+                END IF;
+                IF delta <> 0 THEN
+                    UPDATE store_usage SET bytes = bytes + delta WHERE shard = pg_backend_pid() & 63;
+                END IF;
+                RETURN NULL;
+            END
+            $$""",
+            "CREATE TRIGGER audit_segments_written_bytes AFTER INSERT ON audit_segments "
+            "FOR EACH ROW EXECUTE FUNCTION contextshift_count_bytes()",
+            "CREATE TRIGGER audit_segments_deleted_bytes AFTER DELETE ON audit_segments "
+            "REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION contextshift_count_bytes()",
+        ),
+        convert=conversions.messages_to_blocks,
     ),
 )
 

@@ -64,14 +64,15 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from contextshift.audit import bounds
 from contextshift.audit.sql import (
-    AUDIT_LISTED,
+    AUDIT_COLUMNS,
     AUDIT_UPSERT,
     RECORD_GENERATION,
     Row,
     SqlStore,
     Tx,
+    audit_params,
     generation_params,
-    listed_params,
+    gone_segments,
 )
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
@@ -111,9 +112,17 @@ RETRIES = 3
 # generation id belongs to another chat.
 RECORD_SHIFT = (
     f"WITH g AS ({RECORD_GENERATION} RETURNING generation_id) "
-    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_LISTED}) "
-    f"SELECT ?, ?, generation_id, ?, ?, ?, ? FROM g {AUDIT_UPSERT}"
+    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_COLUMNS}) "
+    f"SELECT ?, ?, generation_id, ?, ?, ?, ?, ? FROM g {AUDIT_UPSERT}"
 )
+# A record's segments, written and deleted in the same round trip as its audit, and only if its
+# audit was (its generation id was not another chat's): so, in the statements that follow it.
+_AUDIT_WRITTEN = "EXISTS (SELECT 1 FROM audits WHERE tenant = ? AND chat_id = ? AND generation_id = ?)"
+_INSERT_SEGMENT = (
+    "INSERT INTO audit_segments (tenant, chat_id, segment_hash, data) SELECT ?, ?, ?, ? "
+    f"WHERE {_AUDIT_WRITTEN} ON CONFLICT DO NOTHING"
+)
+_DELETE_SEGMENTS = f"DELETE FROM audit_segments WHERE tenant = ? AND chat_id = ? AND segment_hash = ANY(?) AND {_AUDIT_WRITTEN}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -528,11 +537,21 @@ class PostgresStore(SqlStore):
                     r.tenant,
                     r.generation.chat_id,
                     r.audit,
-                    *listed_params(r),
+                    *audit_params(r),
                 ),
             )
             for r in records
         ]
+        for r in records:
+            key, written_as = (
+                (r.tenant, r.generation.chat_id),
+                (r.tenant, r.generation.chat_id, r.generation.generation_id),
+            )
+            for segment in r.new_segments:
+                connection.execute(_sql(_INSERT_SEGMENT), (*key, *segment, *written_as))
+            gone = gone_segments(tx, r) if r.audit is not None else ()
+            if gone:
+                connection.execute(_sql(_DELETE_SEGMENTS), (*key, list(gone), *written_as))
         with connection.pipeline() as pipeline:  # the group's own (see `_run_group`)
             pipeline.sync()
         return [cursor.rowcount > 0 for cursor in written]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -36,7 +36,9 @@ from contextshift.audit.store import (
     StaleGeneration,
     Status,
     StoreConfigError,
+    StoreDamaged,
     StoredAudit,
+    StoredSegment,
     StoreError,
     StoreFull,
     StoreUnavailable,
@@ -79,18 +81,33 @@ RECORD_GENERATION = (
     "reported_prompt_tokens = NULL, finished_ms = NULL "
     "WHERE generations.chat_id = excluded.chat_id"
 )
-# An audit's columns beside its payload, for ListChats (migration 3): when its shift ran (its
-# generation's created_ms), and its kept and excluded counts (`listed_params`).
-AUDIT_LISTED = "created_ms, kept_count, excluded_count"
+# An audit's columns beside its payload (`audit_params`): for ListChats (migration 3), when its
+# shift ran (its generation's created_ms) and its kept and excluded counts; and its references to
+# the chat's stored blocks (migration 4).
+AUDIT_COLUMNS = "created_ms, kept_count, excluded_count, message_refs"
 # A chat's audit replaces its last one.
 AUDIT_UPSERT = (
     "ON CONFLICT (tenant, chat_id) DO UPDATE SET generation_id = excluded.generation_id, "
     "payload = excluded.payload, created_ms = excluded.created_ms, kept_count = excluded.kept_count, "
-    "excluded_count = excluded.excluded_count"
+    "excluded_count = excluded.excluded_count, message_refs = excluded.message_refs"
 )
 _CALIBRATION = "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?"
+# A chat's stored segments (migration 4): written with its audit, never twice; deleted once its
+# audit no longer needs them (`_DELETE_SEGMENTS`' `{}` is one `?` per hash).
+INSERT_SEGMENTS = (
+    "INSERT INTO audit_segments (tenant, chat_id, segment_hash, data) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
+_DELETE_SEGMENTS = "DELETE FROM audit_segments WHERE tenant = ? AND chat_id = ? AND segment_hash IN ({})"
+_SEGMENTS = "SELECT segment_hash, data FROM audit_segments WHERE tenant = ? AND chat_id = ?"
+_SEGMENT_HASHES = "SELECT segment_hash FROM audit_segments WHERE tenant = ? AND chat_id = ?"
+# What a segment's row takes beyond its key and data (the row's header and cell pointer).
+SEGMENT_ROW_BYTES = 32
+# Parameters of one statement at most (SQLite's least limit is 999).
+MAX_PARAMS = 900
 _AUDIT = (
-    f"SELECT a.payload, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} FROM audits a JOIN generations g "
+    f"SELECT a.payload, a.message_refs, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} "
+    "FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
 )
 # The chats' audits as they are: which generation each is, for `ShiftRecord.made_on`; `{}` is a
@@ -176,8 +193,13 @@ def _generation(row: Row) -> Generation:
     )
 
 
-def _stored_audit(rows: list[Row]) -> StoredAudit | None:
-    return StoredAudit(bytes(rows[0][0]), _generation(rows[0][1:])) if rows else None
+def _stored_audit(rows: list[Row], segments: Sequence[StoredSegment] = ()) -> StoredAudit | None:
+    if not rows:
+        return None
+    payload, refs = rows[0][:2]
+    return StoredAudit(
+        bytes(payload), _generation(rows[0][2:]), None if refs is None else bytes(refs), segments
+    )
 
 
 def _config(row: Row) -> ModelConfig:
@@ -209,9 +231,35 @@ def _used_since(tx: Tx, tenant: str, chat_id: str, since_ms: int) -> bool:
     return any(used_ms >= since_ms for (used_ms,) in times)
 
 
-def listed_params(r: ShiftRecord) -> tuple[int, int | None, int | None]:
-    """The values of `AUDIT_LISTED` for a record's audit."""
-    return (r.generation.created_ms, r.kept, r.excluded)
+def audit_params(r: ShiftRecord) -> tuple[int, int | None, int | None, bytes | None]:
+    """The values of `AUDIT_COLUMNS` for a record's audit."""
+    return (r.generation.created_ms, r.kept, r.excluded, r.message_refs)
+
+
+def _segments_bytes(r: ShiftRecord) -> int:
+    """What a record's new segment adds to the store: its row's data and key, and what a row takes
+    beyond them."""
+    key = len(r.tenant.encode()) + len(r.generation.chat_id.encode()) + SEGMENT_ROW_BYTES
+    return sum(key + len(segment_hash) + len(data) for segment_hash, data in r.new_segments)
+
+
+def chunks(items: Sequence[T], size: int = MAX_PARAMS) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def stored_hashes(tx: Tx, tenant: str, chat_id: str) -> list[bytes]:
+    """The hashes of the segments a chat has stored."""
+    return [bytes(h) for (h,) in tx.rows(_SEGMENT_HASHES, (tenant, chat_id))]
+
+
+def gone_segments(tx: Tx, r: ShiftRecord) -> Sequence[bytes]:
+    """The stored segments of a record's chat that its audit no longer needs: as the record says,
+    or for an unchecked record (whose new segment holds every block it references), found here."""
+    if r.made_on is not UNCHECKED:
+        return r.gone_segments
+    needed = {segment_hash for segment_hash, _ in r.new_segments}
+    return [h for h in stored_hashes(tx, r.tenant, r.generation.chat_id) if h not in needed]
 
 
 def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
@@ -226,6 +274,36 @@ def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
         g.created_ms,
         Status.PENDING.value,
     )
+
+
+def _segment_problems(tx: Tx) -> list[str]:
+    """Chats whose stored segments are not exactly those their audit references, or whose audit's
+    messages do not rebuild from them."""
+    from contextshift import engine
+
+    found = []
+    stored: dict[tuple[str, str], list[StoredSegment]] = {}
+    for tenant, chat_id, segment_hash, data in tx.rows(
+        "SELECT tenant, chat_id, segment_hash, data FROM audit_segments"
+    ):
+        stored.setdefault((tenant, chat_id), []).append((bytes(segment_hash), bytes(data)))
+    for tenant, chat_id, refs in tx.rows("SELECT tenant, chat_id, message_refs FROM audits"):
+        segments = stored.pop((tenant, chat_id), [])
+        where = f"chat {chat_id!r} (tenant {tenant!r})"
+        if refs is None:
+            if segments:
+                found.append(f"{where} has stored segments its audit does not reference")
+            continue
+        try:
+            referenced = set(engine.StoredBlocks.from_refs(bytes(refs)).segment_hashes())
+            engine.rebuild_messages(bytes(refs), segments)
+        except StoreDamaged as e:
+            found.append(f"audit of {where}: {e}")
+            continue
+        if referenced != {segment_hash for segment_hash, _ in segments}:
+            found.append(f"{where} has stored segments its audit does not reference")
+    found += [f"chat {c!r} (tenant {t!r}) has stored segments and no audit" for t, c in sorted(stored)]
+    return found
 
 
 class SqlStore(ABC):
@@ -269,6 +347,8 @@ class SqlStore(ABC):
             for migration in MIGRATIONS[current:]:
                 for statement in migration.for_dialect(self.dialect):
                     tx.run(statement.format(blob=self.blob_type, now_ms=now_ms()))
+                if migration.convert is not None:
+                    migration.convert(tx)
                 tx.run(
                     "INSERT INTO contextshift_schema (version, description, applied_ms) VALUES (?, ?, ?)",
                     (migration.version, migration.description, now_ms()),
@@ -308,7 +388,9 @@ class SqlStore(ABC):
                 "SELECT a.tenant, a.chat_id FROM audits a JOIN generations g "
                 "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE g.created_ms <> a.created_ms"
             ):
-                found.append(f"audit of chat {chat_id!r} (tenant {tenant!r}) is not listed at its shift's time")
+                found.append(
+                    f"audit of chat {chat_id!r} (tenant {tenant!r}) is not listed at its shift's time"
+                )
             for tenant, chat_id, count, top in tx.rows(
                 "SELECT tenant, chat_id, COUNT(*), MAX(position) FROM chat_blocks GROUP BY tenant, chat_id"
             ):
@@ -325,7 +407,7 @@ class SqlStore(ABC):
                 "ON h.tenant = b.tenant AND h.chat_id = b.chat_id WHERE h.chat_id IS NULL"
             ):
                 found.append(f"history of chat {chat_id!r} (tenant {tenant!r}) has no append time")
-            return found
+            return found + _segment_problems(tx)
 
         return self._run(work, write=False)
 
@@ -384,14 +466,14 @@ class SqlStore(ABC):
             if checks and r.made_on != current[chat]:
                 before = earlier.get(chat)
                 now = (
-                    StoredAudit(before.audit, before.generation)
+                    StoredAudit(before.audit, before.generation, before.message_refs)
                     if before is not None and before.audit is not None
                     else _stored_audit(tx.rows(_AUDIT, chat))
                 )
                 outcomes.append(AuditChanged(r.generation.chat_id, now))
                 continue
             try:
-                tx.claim(GENERATION_BYTES if r.audit is None else len(r.audit))
+                tx.claim(GENERATION_BYTES if r.audit is None else len(r.audit) + _segments_bytes(r))
             except StoreFull as e:
                 outcomes.append(e)
                 continue
@@ -416,10 +498,14 @@ class SqlStore(ABC):
             written = tx.run(RECORD_GENERATION, generation_params(r.tenant, g)) > 0
             if written and r.audit is not None:
                 tx.run(
-                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_LISTED}) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?) {AUDIT_UPSERT}",
-                    (r.tenant, g.chat_id, g.generation_id, r.audit, *listed_params(r)),
+                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_COLUMNS}) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) {AUDIT_UPSERT}",
+                    (r.tenant, g.chat_id, g.generation_id, r.audit, *audit_params(r)),
                 )
+                key = (r.tenant, g.chat_id)
+                tx.run_many(INSERT_SEGMENTS, [(*key, *segment) for segment in r.new_segments])
+                for gone in chunks(gone_segments(tx, r)):
+                    tx.run(_DELETE_SEGMENTS.format(", ".join("?" * len(gone))), (*key, *gone))
             stored.append(written)
         return stored
 
@@ -501,8 +587,17 @@ class SqlStore(ABC):
 
     # --- audits and chats -------------------------------------------------------------------
 
-    def audit(self, tenant: str, chat_id: str) -> StoredAudit | None:
-        return _stored_audit(self._query(_AUDIT, (tenant, chat_id)))
+    def audit(self, tenant: str, chat_id: str, *, with_blocks: bool = False) -> StoredAudit | None:
+        if not with_blocks:
+            return _stored_audit(self._query(_AUDIT, (tenant, chat_id)))
+
+        def work(tx: Tx) -> StoredAudit | None:
+            # Locked: its segments are read as of the same moment, a shift of the chat waiting.
+            found = tx.locked(_AUDIT, (tenant, chat_id))
+            segments = tx.rows(_SEGMENTS, (tenant, chat_id)) if found and found[0][1] is not None else []
+            return _stored_audit(found, [(bytes(h), bytes(d)) for h, d in segments])
+
+        return self._run(work, write=False)
 
     def chats(self, tenant: str, limit: int, after: ChatCursor | None = None) -> list[ChatSummary]:
         if after is None:
@@ -521,6 +616,7 @@ class SqlStore(ABC):
             if idle_before_ms is not None and _used_since(tx, tenant, chat_id, idle_before_ms):
                 return False
             deleted = tx.run("DELETE FROM audits WHERE tenant = ? AND chat_id = ?", key)
+            tx.run("DELETE FROM audit_segments WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM generations WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM chat_block_counts WHERE tenant = ? AND chat_id = ?", key)
             deleted += tx.run("DELETE FROM chat_blocks WHERE tenant = ? AND chat_id = ?", key)

@@ -78,13 +78,22 @@ class Generation:
     finished_ms: int | None = None
 
 
+# A segment of a chat's stored blocks (the blocks one write added): its hash (16 bytes) and its
+# data (opaque, as the caller made them: `engine.store_messages`).
+StoredSegment = tuple[bytes, bytes]
+
+
 @dataclass(frozen=True)
 class StoredAudit:
     """A chat's last audit: the shift's record (opaque bytes, compressed by the caller) and the
-    generation it belongs to, with its current status."""
+    generation it belongs to, with its current status. When its messages are stored as the chat's
+    blocks, `message_refs` names them (opaque, as the caller made them), and `segments` holds the
+    chat's stored blocks when they were asked for (`Store.audit(..., with_blocks=True)`)."""
 
     payload: bytes
     generation: Generation
+    message_refs: bytes | None = None
+    segments: Sequence[StoredSegment] = ()
 
 
 # A chat's audit as a shift saw it: (generation id, created ms) of the audit, or None for none.
@@ -115,6 +124,14 @@ class ShiftRecord:
     # beside it for ListChats; None: not known (stored as such).
     kept: int | None = None
     excluded: int | None = None
+    # The audit's messages stored as the chat's blocks (see `StoredAudit`): the references the
+    # audit keeps, the segment of the blocks the chat has not stored yet, and the chat's segments
+    # it no longer needs (by hash). A checked record's segments are relative to its `made_on`
+    # audit; an unchecked record's new segment holds all its blocks, and the store finds the
+    # segments it no longer needs itself.
+    message_refs: bytes | None = None
+    new_segments: Sequence[StoredSegment] = ()
+    gone_segments: Sequence[bytes] = ()
 
 
 def audit_key(generation: Generation) -> AuditKey:
@@ -187,6 +204,11 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     """The store cannot be reached, or stayed locked past its timeout: nothing was written."""
+
+
+class StoreDamaged(StoreError):
+    """Stored data that cannot be read back (a segment an audit names is missing, or does not
+    decompress to its blocks): `contextshift store check` reports where."""
 
 
 class StoreTimeout(StoreUnavailable):
@@ -339,7 +361,9 @@ class Store(Protocol):
         ...
 
     # Audits and chats.
-    def audit(self, tenant: str, chat_id: str) -> StoredAudit | None: ...
+    def audit(self, tenant: str, chat_id: str, *, with_blocks: bool = False) -> StoredAudit | None:
+        """The chat's last audit; with its blocks (read with it, as of one moment) when asked."""
+        ...
 
     def chats(self, tenant: str, limit: int, after: ChatCursor | None = None) -> list[ChatSummary]:
         """Up to `limit` of the tenant's chats with an audit, the most recently shifted first (by

@@ -2,11 +2,12 @@
 read back for GetContextAudit; and the guard that keeps a cancelled call from leaving half of one.
 
 The stored payload is the encoded ContextAudit minus what FinishGeneration changes (status, error,
-reported tokens, finish time: the generation's columns), compressed as an LZ4 frame: 49 KB of chat
-JSON in about 0.06 ms, to a third of its size, where zstd's fastest level takes twice to three
-times as long (to a fifth) on the path every audited shift waits for. Its plan is the reply's plan
-without the kept and excluded lists (`blocks` has every decision in order), and without the
-messages when the server runs with `audit_messages = false`.
+reported tokens, finish time: the generation's columns) and minus the messages' text, compressed
+as an LZ4 frame (fast on the path every audited shift waits for). Its plan is the reply's plan
+without the kept and excluded lists (`blocks` has every decision in order). The messages' text is
+stored as the chat's blocks, each once (`engine.store_messages`: a next turn stores only its new
+messages), and rebuilt from them on reading; an array that cannot be rebuilt from its elements
+stays in the payload. Neither is stored when the server runs with `audit_messages = false`.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ def encode(
     timings: pb.AuditTimings,
     *,
     messages: bool,
+    text: bytes | None,
 ) -> bytes:
-    """The stored payload of a shift's audit."""
+    """The stored payload of a shift's audit: with its messages' fields when `messages`, and their
+    text when given (else stored as blocks)."""
     request, plan = shifted.request, shifted.plan
     head = pb.ContextAudit(
         generation_id=generation_id,
@@ -73,7 +76,7 @@ def encode(
         create_time=timestamp(created_ms),
         messages_omitted=not messages,
     )
-    plan_pieces: list[engine.Piece] = [plan.fields, plan.messages] if messages else [plan.fields]
+    plan_pieces: list[engine.Piece] = [plan.fields, plan.messages(text)] if messages else [plan.fields]
     encoded = engine.encode_pieces(
         [
             head.SerializeToString(),
@@ -98,9 +101,13 @@ def _ordered_blocks(result: ShiftResult) -> bytes:
 
 
 def decode(stored: StoredAudit) -> pb.ContextAudit:
-    """A stored audit as GetContextAudit returns it, with its generation's current status."""
+    """A stored audit as GetContextAudit returns it (read with its blocks), with its generation's
+    current status. StoreDamaged when its messages do not rebuild from the chat's blocks."""
     encoded: bytes = lz4.frame.decompress(stored.payload)
     audit = pb.ContextAudit.FromString(encoded)
+    if stored.message_refs is not None:
+        rebuilt = engine.rebuild_messages(stored.message_refs, stored.segments)
+        audit.plan.messages.messages_json = rebuilt.decode()
     g = stored.generation
     audit.status = STATUSES[g.status]
     if g.error_code:
@@ -159,22 +166,36 @@ class AuditWrite:
             return self._written
 
 
+def stored_blocks(stored: StoredAudit | None) -> engine.StoredBlocks:
+    """The blocks a chat holds for its audit `stored` (none for none)."""
+    refs = stored.message_refs if stored is not None else None
+    return engine.StoredBlocks() if refs is None else engine.StoredBlocks.from_refs(refs)
+
+
 def record(
     shifted: Shifted[pb.ShiftContextRequest],
     tenant: str,
     generation_id: str,
     created_ms: int,
     made_on: AuditKey | Unchecked | None,
+    stored: engine.StoredBlocks,
     timings: pb.AuditTimings,
     *,
     messages: bool,
-) -> ShiftRecord:
-    """What the group writer stores of a ShiftContext: its generation and, with a chat, its audit
-    (checked against the chat's audit `made_on`, the one its previous prompt came from) with its
-    kept and excluded counts (ListChats; as the audit's blocks count them, a summary kept)."""
+) -> tuple[ShiftRecord, engine.StoredBlocks]:
+    """What the group writer stores of a ShiftContext, and the blocks its chat holds once stored:
+    its generation and, with a chat, its audit (checked against the chat's audit `made_on`, the
+    one its previous prompt came from, whose blocks are `stored`; none for an unchecked record,
+    which then holds all of its own) with its kept and excluded counts (ListChats; as the audit's
+    blocks count them, a summary kept)."""
     g = generation(shifted, generation_id, created_ms)
     if not shifted.request.chat_id:
-        return ShiftRecord(tenant, g, None, made_on)
-    payload = encode(shifted, generation_id, created_ms, timings, messages=messages)
+        return ShiftRecord(tenant, g, None, made_on), stored
+    text = shifted.plan.messages_json if messages else None
+    refs, new, gone, held = engine.store_messages(text, stored)
+    payload = encode(
+        shifted, generation_id, created_ms, timings, messages=messages, text=None if refs else text
+    )
     result = shifted.result
-    return ShiftRecord(tenant, g, payload, made_on, result.kept_count, result.excluded_count)
+    counts = (result.kept_count, result.excluded_count)
+    return ShiftRecord(tenant, g, payload, made_on, *counts, refs, new, gone), held

@@ -20,25 +20,21 @@ R = TypeVar("R", context_service_pb2.ShiftContextRequest, context_service_pb2.Pr
 
 def _provider_messages(
     result: ShiftResult, output_format: context_service_pb2.OutputFormat.ValueType
-) -> engine.Piece:
-    """ContextPlan.messages."""
-    plan_field = context_service_pb2.ContextPlan.MESSAGES_FIELD_NUMBER
+) -> tuple[bytes, bytes]:
+    """ContextPlan.messages as its fields but `messages_json`, encoded, and `messages_json`'s UTF-8
+    text: for the input format the caller's own text of each kept block, never decoded into dicts
+    nor into a str."""
     if output_format == context_service_pb2.OUTPUT_FORMAT_OPENAI_CHAT:
-        messages = context_service_pb2.ProviderMessages(
-            format=output_format,
-            messages_json=json.dumps(provider_messages.to_openai_chat(result.messages), ensure_ascii=False),
-        )
+        head = context_service_pb2.ProviderMessages(format=output_format)
+        text = json.dumps(provider_messages.to_openai_chat(result.messages), ensure_ascii=False).encode()
     elif output_format == context_service_pb2.OUTPUT_FORMAT_ANTHROPIC_MESSAGES:
         system, anthropic = provider_messages.to_anthropic_messages(result.messages)
-        messages = context_service_pb2.ProviderMessages(
-            format=output_format, system=system, messages_json=json.dumps(anthropic, ensure_ascii=False)
-        )
+        head = context_service_pb2.ProviderMessages(format=output_format, system=system)
+        text = json.dumps(anthropic, ensure_ascii=False).encode()
     else:
-        # The caller's own text of each kept block, never decoded into dicts nor into a str.
         head = context_service_pb2.ProviderMessages(format=context_service_pb2.OUTPUT_FORMAT_INPUT)
-        text_field = context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER
-        return (plan_field, [head.SerializeToString(), (text_field, [result.messages_json_bytes()])])
-    return (plan_field, [messages.SerializeToString()])
+        text = result.messages_json_bytes()
+    return head.SerializeToString(), text
 
 
 def _decisions(result: ShiftResult) -> bytes:
@@ -75,15 +71,26 @@ def _summary(result: ShiftResult) -> context_service_pb2.SummaryInfo | None:
 @dataclass(frozen=True)
 class EncodedPlan:
     """A ContextPlan encoded in pieces for `engine.encode_pieces` (an encoded message may carry its
-    fields in any order): its small fields through protobuf, its messages and decisions by the
-    core. An audit keeps the first two and lists the decisions in order instead."""
+    fields in any order): its small fields through protobuf, its messages (their fields, and the
+    messages' JSON text apart) and decisions by the core. An audit keeps the fields and the
+    messages' own fields, stores the messages' text as the chat's blocks, and lists the decisions in
+    order instead."""
 
     fields: bytes
-    messages: engine.Piece
+    messages_head: bytes
+    messages_json: bytes
     decisions: bytes
 
+    def messages(self, text: bytes | None) -> engine.Piece:
+        """ContextPlan.messages, with `text` as its `messages_json` (None: without it)."""
+        field = context_service_pb2.ProviderMessages.MESSAGES_JSON_FIELD_NUMBER
+        pieces: list[engine.Piece] = (
+            [self.messages_head] if text is None else [self.messages_head, (field, [text])]
+        )
+        return (context_service_pb2.ContextPlan.MESSAGES_FIELD_NUMBER, pieces)
+
     def pieces(self) -> list[engine.Piece]:
-        return [self.fields, self.messages, self.decisions]
+        return [self.fields, self.messages(self.messages_json), self.decisions]
 
 
 def encode_plan(
@@ -146,7 +153,7 @@ def encode_plan(
         ],
     )
     return EncodedPlan(
-        plan.SerializeToString(), _provider_messages(result, output_format), _decisions(result)
+        plan.SerializeToString(), *_provider_messages(result, output_format), _decisions(result)
     )
 
 

@@ -38,7 +38,7 @@ from contextshift.api.service.plans import Shifted
 from contextshift.api.service.read_cache import ReadCache
 from contextshift.api.service.rpc_status import RequestError, bad_fields, invalid
 from contextshift.api.service.shift_rpc import ShiftCall
-from contextshift.api.service.store_view import Caches, TenantStore
+from contextshift.api.service.store_view import Caches, LastPrompt, TenantStore
 from contextshift.audit.provider_errors import ErrorCode, normalize
 from contextshift.audit.store import (
     UNCHECKED,
@@ -70,7 +70,7 @@ SHIFT_TRIES = 4
 # A chat's shift, and the outcome of its write (None: stored).
 Written = tuple[Shifted[pb.ShiftContextRequest], WriteOutcome]
 # Where a chat's shift is made from: the chat's last prompt, and the audit it is of.
-LastPrompt = Callable[[TenantStore], tuple[AuditKey | None, PreviousPrompt]]
+PromptSource = Callable[[TenantStore], LastPrompt]
 
 _TERMINAL = {
     pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
@@ -107,10 +107,8 @@ def _as_previous(result: ShiftResult) -> PreviousPrompt:
     return result.as_previous() if result.excluded_count else PreviousPrompt()
 
 
-def _prompt_of(
-    chat_id: str, stored: StoredAudit | None, view: TenantStore
-) -> tuple[AuditKey | None, PreviousPrompt]:
-    """The prompt a chat's audit `stored` records, and which audit it is."""
+def _prompt_of(chat_id: str, stored: StoredAudit | None, view: TenantStore) -> LastPrompt:
+    """The prompt a chat's audit `stored` records."""
     return view.prompt_of(chat_id, stored)
 
 
@@ -184,7 +182,7 @@ class ContextShiftService:
                 shifted = await self._placement.run(without_chat, call.store, _work(shift))
                 if audit_payload.stores_generation(shifted):  # for FinishGeneration to calibrate
                     done: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
-                    self._write(shifted, call, call.store, UNCHECKED, done)
+                    self._write(shifted, call, call.store, UNCHECKED, engine.StoredBlocks(), done)
                     _, outcome = await done
                     if outcome is not None:
                         raise outcome
@@ -209,7 +207,7 @@ class ContextShiftService:
         chat at once can only)."""
         chat_id = call.shift.request.chat_id
 
-        def last(view: TenantStore) -> tuple[AuditKey | None, PreviousPrompt]:
+        def last(view: TenantStore) -> LastPrompt:
             return view.last_prompt(chat_id)
 
         for attempt in range(SHIFT_TRIES):
@@ -231,16 +229,19 @@ class ContextShiftService:
     def _shift_then_write(
         self,
         call: _AuditedCall,
-        last: LastPrompt,
+        last: PromptSource,
         checked: bool,
         view: TenantStore,
         done: asyncio.Future[Written],
     ) -> None:
         """One try of `_shift_chat`, wherever `placement` runs it: the shift against the chat's
         prompt `last` gives, then its record handed to the writer, which settles `done`."""
-        made_on, previous = last(view)
-        shifted = shift_rpc.shift(call.shift, self._defaults, view, previous)
-        self._write(shifted, call, view, made_on if checked else UNCHECKED, done)
+        against = last(view)
+        shifted = shift_rpc.shift(call.shift, self._defaults, view, against.prompt)
+        if checked:
+            self._write(shifted, call, view, against.audit, against.blocks, done)
+        else:  # the chat's blocks are not known: the record holds all of its own
+            self._write(shifted, call, view, UNCHECKED, engine.StoredBlocks(), done)
 
     def _write(
         self,
@@ -248,25 +249,37 @@ class ContextShiftService:
         call: _AuditedCall,
         view: TenantStore,
         made_on: AuditKey | Unchecked | None,
+        blocks: engine.StoredBlocks,
         done: asyncio.Future[Written],
     ) -> None:
         """Hands what a shift stores to the group writer, read through `view`; `done` gets the
         shift and its outcome once it is stored (or why not). The record (with a chat, the audit's
-        encoding) is made on the writer thread."""
+        encoding and the blocks it adds to the chat's `blocks`) is made on the writer thread."""
         chat_id, created, generation_id = shifted.request.chat_id, now_ms(), call.generation_id
+        held: list[engine.StoredBlocks] = []  # the chat's blocks once the record is stored
 
         def record() -> ShiftRecord | None:
             if not call.write.begin():  # the call was cancelled: nothing to write
                 return None
             timings = pb.AuditTimings(store_read_ms=view.read_seconds * 1e3, shift_ms=shifted.seconds * 1e3)
-            return audit_payload.record(
-                shifted, view.tenant, generation_id, created, made_on, timings, messages=self._audit_messages
+            made, after = audit_payload.record(
+                shifted,
+                view.tenant,
+                generation_id,
+                created,
+                made_on,
+                blocks,
+                timings,
+                messages=self._audit_messages,
             )
+            held.append(after)
+            return made
 
         def written(outcome: WriteOutcome) -> Written:
             if outcome is None:
                 if chat_id:  # its next shift is made against this prompt
-                    view.keep_prompt(chat_id, (generation_id, created), _as_previous(shifted.result))
+                    last = LastPrompt((generation_id, created), _as_previous(shifted.result), held[0])
+                    view.keep_prompt(chat_id, last)
                 if call.write.end():  # the call was cancelled while this was written
                     self._placement.submit(
                         functools.partial(self._mark_cancelled, view.tenant, generation_id)
@@ -313,7 +326,7 @@ class ContextShiftService:
         tenant = current_tenant()
 
         def read() -> pb.ContextAudit | None:
-            stored = self._store.audit(tenant, request.chat_id)
+            stored = self._store.audit(tenant, request.chat_id, with_blocks=True)
             return audit_payload.decode(stored) if stored else None
 
         audit = await self._placement.blocking(read)

@@ -8,9 +8,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
-from contextshift import calibration
+from contextshift import calibration, engine
 from contextshift.api import metrics
 from contextshift.api.service import audit_payload, model_configs
 from contextshift.api.service.read_cache import CacheMiss, ReadCache
@@ -70,6 +70,15 @@ PROMPTS_KEPT = 1024
 PROMPT_BLOCKS_KEPT = 2000
 
 
+class LastPrompt(NamedTuple):
+    """A chat's last prompt as its next ShiftContext is made against it: which audit it is of
+    (None: the chat has none), what it kept and left out, and the blocks the chat stored for it."""
+
+    audit: AuditKey | None
+    prompt: PreviousPrompt
+    blocks: engine.StoredBlocks
+
+
 @dataclass(frozen=True)
 class Caches:
     """A process's caches of store reads: model configurations and calibrations (for
@@ -121,39 +130,40 @@ class TenantStore:
 
     def stored_prompt(self, chat_id: str) -> PreviousPrompt:
         """The chat's last prompt as its audit in the store records it now (a preview's)."""
-        return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id)))[1]
+        return self.prompt_of(chat_id, self._timed(lambda: self.store.audit(self.tenant, chat_id))).prompt
 
-    def prompt_of(self, chat_id: str, stored: StoredAudit | None) -> tuple[AuditKey | None, PreviousPrompt]:
+    def prompt_of(self, chat_id: str, stored: StoredAudit | None) -> LastPrompt:
         """The prompt the chat's audit `stored` records (from the process's memory when it holds
-        that audit's), and which audit that is; an empty one for none."""
+        that audit's); an empty one for none."""
         if stored is None:
-            return None, PreviousPrompt()
+            return LastPrompt(None, PreviousPrompt(), engine.StoredBlocks())
         key = audit_key(stored.generation)
         kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
-        if kept is not None and kept[0] == key:
-            return key, cast(PreviousPrompt, kept[1])
-        prompt = audit_payload.previous_prompt(stored)
-        self.keep_prompt(chat_id, key, prompt)
-        return key, prompt
+        if kept is not None and kept.audit == key:
+            return cast(LastPrompt, kept)
+        last = LastPrompt(key, audit_payload.previous_prompt(stored), audit_payload.stored_blocks(stored))
+        self.keep_prompt(chat_id, last)
+        return last
 
-    def last_prompt(self, chat_id: str) -> tuple[AuditKey | None, PreviousPrompt]:
+    def last_prompt(self, chat_id: str) -> LastPrompt:
         """The chat's last prompt and which audit it is of: as this process last wrote or read it
         (a ShiftContext is made against it, and its write checks that the chat's audit is still
         that one), else read from the store; counted by where it was found (warm, cold, new)."""
         kept = self.caches.prompts.peek(("prompt", self.tenant, chat_id))
         if kept is not None:
             metrics.record_chat_prompt("warm")
-            return kept[0], cast(PreviousPrompt, kept[1])
+            return cast(LastPrompt, kept)
         if self.cached_only:
             raise CacheMiss(chat_id)
         stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
         metrics.record_chat_prompt("cold" if stored else "new")
         return self.prompt_of(chat_id, stored)
 
-    def keep_prompt(self, chat_id: str, key: AuditKey, prompt: PreviousPrompt) -> None:
-        """Keeps a chat's last prompt, the one its audit `key` records."""
-        if len(prompt.kept) + len(prompt.excluded) <= PROMPT_BLOCKS_KEPT:
-            self.caches.prompts.put(("prompt", self.tenant, chat_id), (key, prompt))
+    def keep_prompt(self, chat_id: str, last: LastPrompt) -> None:
+        """Keeps a chat's last prompt."""
+        prompt = last.prompt
+        if max(len(prompt.kept) + len(prompt.excluded), len(last.blocks)) <= PROMPT_BLOCKS_KEPT:
+            self.caches.prompts.put(("prompt", self.tenant, chat_id), last)
         else:
             self.forget_prompt(chat_id)
 
