@@ -5,6 +5,7 @@ reference; reading an audit rebuilds its messages byte for byte. On SQLite and P
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import cast
@@ -40,8 +41,13 @@ def store(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store
     return opened
 
 
-def messages(*texts: str) -> bytes:
-    return json.dumps([{"id": t, "role": "user", "content": f"the text of {t}"} for t in texts]).encode()
+def messages(*ids: str) -> bytes:
+    """Messages of these ids, each with text of its own that compresses little (hex digits)."""
+
+    def text(block_id: str) -> str:
+        return "".join(hashlib.sha256(f"{block_id}{k}".encode()).hexdigest() for k in range(4))
+
+    return json.dumps([{"id": i, "role": "user", "content": text(i)} for i in ids]).encode()
 
 
 def write(
@@ -82,19 +88,24 @@ def rebuilt(store: Store, chat_id: str = "c1") -> bytes:
 
 
 def test_a_next_turn_stores_only_its_new_blocks_and_drops_the_unreferenced(store: Store) -> None:
-    first, held = write(store, "g1", messages("a", "b", "c"), None, engine.StoredBlocks())
-    assert (len(first.new_segments), len(held)) == (1, 3) and rebuilt(store) == messages("a", "b", "c")
-    second, held = write(store, "g2", messages("b", "c", "d"), audit_key(first.generation), held)
-    assert (len(second.new_segments), second.gone_segments, len(held)) == (1, [], 4)  # d added
-    assert rebuilt(store) == messages("b", "c", "d")
+    history = [f"m{n}" for n in range(12)]
+    first, held = write(store, "g1", messages(*history), None, engine.StoredBlocks())
+    assert (len(first.new_segments), len(held)) == (1, 12) and rebuilt(store) == messages(*history)
+    # The oldest left out, one added: a segment of the new block alone.
+    history = [*history[1:], "n1"]
+    second, held = write(store, "g2", messages(*history), audit_key(first.generation), held)
+    assert (len(second.new_segments), second.gone_segments, len(held)) == (1, [], 13)
+    assert rebuilt(store) == messages(*history)
     # The same prompt again writes no block at all.
-    third, held = write(store, "g3", messages("b", "c", "d"), audit_key(second.generation), held)
+    third, held = write(store, "g3", messages(*history), audit_key(second.generation), held)
     assert (third.new_segments, third.gone_segments) == ([], [])
-    # Once most of the first segment is left out, what it still holds is written again.
-    fourth, held = write(store, "g4", messages("c", "d", "e"), audit_key(third.generation), held)
-    assert len(fourth.gone_segments) == 1 and len(held) == 3
+    # The next addition takes the small segment in; once most of the first segment is left out,
+    # what it still holds is written again too.
+    history = [*history[7:], "n2"]
+    fourth, held = write(store, "g4", messages(*history), audit_key(third.generation), held)
+    assert (len(fourth.new_segments), len(fourth.gone_segments), len(held)) == (1, 2, len(history))
     assert segment_rows(store) == set(held.segment_hashes())
-    assert rebuilt(store) == messages("c", "d", "e") and store.problems() == []
+    assert rebuilt(store) == messages(*history) and store.problems() == []
 
 
 def test_an_unchecked_write_finds_the_segments_it_no_longer_needs(store: Store) -> None:

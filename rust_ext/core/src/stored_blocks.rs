@@ -6,8 +6,9 @@
 //! (`Refs`): every segment the chat still needs with the hashes of its blocks, and the messages
 //! in order as indices into them. A next turn that sends its history again adds one small segment
 //! with its new messages; a segment none of whose blocks an audit references any more is deleted,
-//! and one that holds less than half of what is still referenced has those blocks written again
-//! with the next ones, so the store holds little text no audit references.
+//! and when a write adds a segment, what is referenced of the chat's small segments (under
+//! `MERGED_BELOW_BYTES`) and of those mostly unreferenced is written again into it: a chat holds
+//! few segments, and little text no audit references.
 //!
 //! The references rebuild the array byte for byte: an array is split only when it is exactly `[`,
 //! its elements joined by one separator (`,` as the core writes an array, `, ` as Python's
@@ -24,8 +25,11 @@ pub type Hash = u128;
 /// The dictionary blocks are compressed with; its id is in every frame, so a frame names the
 /// dictionary it needs (a new dictionary takes a new id, and the old one stays for reading).
 const DICTIONARY: &[u8] = include_bytes!("../data/blocks.zdict");
-const LEVEL: i32 = 3;
+const LEVEL: i32 = 6;
 const HASH_BYTES: usize = 16;
+/// A segment of less data is written again into the next one a write adds: small rows each cost a
+/// key and a row's overhead, and compress less than one row of their texts together.
+const MERGED_BELOW_BYTES: usize = 1024;
 
 /// How the elements of a split array were joined.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,15 +174,23 @@ fn segment_hash(blocks: &[Hash]) -> Hash {
     xxh3_128(&bytes)
 }
 
-/// The blocks a chat has stored: its segments, each with its blocks' hashes in order.
+/// A stored segment: its hash, its blocks' hashes in order, and the size of its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Segment {
+    hash: Hash,
+    blocks: Vec<Hash>,
+    bytes: usize,
+}
+
+/// The blocks a chat has stored: its segments.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stored {
-    segments: Vec<(Hash, Vec<Hash>)>,
+    segments: Vec<Segment>,
 }
 
 impl Stored {
     pub fn len(&self) -> usize {
-        self.segments.iter().map(|(_, blocks)| blocks.len()).sum()
+        self.segments.iter().map(|s| s.blocks.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -187,13 +199,13 @@ impl Stored {
 
     /// The segments' hashes, as the store keys their rows.
     pub fn segment_hashes(&self) -> impl Iterator<Item = Hash> + '_ {
-        self.segments.iter().map(|(hash, _)| *hash)
+        self.segments.iter().map(|s| s.hash)
     }
 
     fn locations(&self) -> FxHashMap<Hash, (usize, usize)> {
         let mut at = FxHashMap::default();
-        for (s, (_, blocks)) in self.segments.iter().enumerate() {
-            for (i, block) in blocks.iter().enumerate() {
+        for (s, segment) in self.segments.iter().enumerate() {
+            for (i, block) in segment.blocks.iter().enumerate() {
                 at.entry(*block).or_insert((s, i));
             }
         }
@@ -202,9 +214,9 @@ impl Stored {
 }
 
 /// An audit's references, as stored beside it: the separator; the segments (count, then each
-/// one's hash, block count and blocks' hashes); the messages (count, then each one's block as a
-/// position among all the segments' blocks, in order). Counts and positions are u32,
-/// little-endian.
+/// one's hash, data size, block count and blocks' hashes); the messages (count, then each one's
+/// block as a position among all the segments' blocks, in order). Sizes, counts and positions are
+/// u32, little-endian.
 pub struct Refs {
     pub separator: Separator,
     pub stored: Stored,
@@ -245,10 +257,11 @@ impl Refs {
         let mut positions = Vec::new(); // each block's (segment, index), in the order listed
         for s in 0..reader.count()? {
             let hash = reader.hash()?;
+            let bytes = reader.count()?;
             let n = reader.count()?;
             let blocks = (0..n).map(|_| reader.hash()).collect::<Result<Vec<_>, _>>()?;
             positions.extend((0..n).map(|i| (s, i)));
-            segments.push((hash, blocks));
+            segments.push(Segment { hash, blocks, bytes });
         }
         let messages = (0..reader.count()?)
             .map(|_| positions.get(reader.count()?).copied().ok_or(StoredError("a message names no stored block")))
@@ -264,14 +277,15 @@ impl Refs {
         push_count(&mut out, self.stored.segments.len());
         let mut first = Vec::with_capacity(self.stored.segments.len());
         let mut position = 0;
-        for (hash, blocks) in &self.stored.segments {
-            out.extend_from_slice(&hash.to_le_bytes());
-            push_count(&mut out, blocks.len());
-            for block in blocks {
+        for segment in &self.stored.segments {
+            out.extend_from_slice(&segment.hash.to_le_bytes());
+            push_count(&mut out, segment.bytes);
+            push_count(&mut out, segment.blocks.len());
+            for block in &segment.blocks {
                 out.extend_from_slice(&block.to_le_bytes());
             }
             first.push(position);
-            position += blocks.len();
+            position += segment.blocks.len();
         }
         push_count(&mut out, self.messages.len());
         for (s, i) in &self.messages {
@@ -287,13 +301,13 @@ impl Refs {
             if k > 0 {
                 out.extend_from_slice(self.separator.text());
             }
-            let (hash, blocks) = &self.stored.segments[*s];
+            let segment = &self.stored.segments[*s];
             let text = texts
-                .get(hash)
+                .get(&segment.hash)
                 .ok_or(StoredError("a segment of the audit is not stored"))?
                 .get(*i)
                 .ok_or(StoredError("a stored segment holds fewer blocks than its references"))?;
-            if xxh3_128(text) != blocks[*i] {
+            if xxh3_128(text) != segment.blocks[*i] {
                 return Err(StoredError("a stored block is not the text its audit references"));
             }
             out.extend_from_slice(text);
@@ -322,19 +336,24 @@ pub fn store(messages: &[u8], stored: &Stored) -> Option<Written> {
     let (elements, separator) = split_array(messages)?;
     let hashes: Vec<Hash> = elements.iter().map(|e| xxh3_128(e)).collect();
     let referenced: FxHashSet<Hash> = hashes.iter().copied().collect();
-    // Segments kept: those holding at least half their blocks referenced; the referenced blocks of
-    // the others are written again.
+    let adds = {
+        let held = stored.locations();
+        hashes.iter().any(|h| !held.contains_key(h))
+    };
+    // Segments kept: those with a block referenced. When the write adds a segment anyway, it takes
+    // in what is referenced of the chat's small segments and of those mostly unreferenced.
     let keep: Vec<bool> = stored
         .segments
         .iter()
-        .map(|(_, blocks)| {
-            let used = blocks.iter().filter(|b| referenced.contains(b)).count();
-            used > 0 && used * 2 >= blocks.len()
+        .map(|segment| {
+            let used = segment.blocks.iter().filter(|b| referenced.contains(b)).count();
+            let small = segment.bytes < MERGED_BELOW_BYTES;
+            used > 0 && !(adds && (small || used * 2 < segment.blocks.len()))
         })
         .collect();
     let mut kept =
         Stored { segments: stored.segments.iter().zip(&keep).filter(|(_, k)| **k).map(|(s, _)| s.clone()).collect() };
-    let gone = stored.segments.iter().zip(&keep).filter(|(_, k)| !**k).map(|((h, _), _)| *h).collect();
+    let gone = stored.segments.iter().zip(&keep).filter(|(_, k)| !**k).map(|(s, _)| s.hash).collect();
     let mut at = kept.locations();
     let mut new_texts: Vec<&[u8]> = Vec::new();
     let mut new_blocks: Vec<Hash> = Vec::new();
@@ -347,8 +366,9 @@ pub fn store(messages: &[u8], stored: &Stored) -> Option<Written> {
     }
     let new = (!new_blocks.is_empty()).then(|| {
         let hash = segment_hash(&new_blocks);
-        kept.segments.push((hash, new_blocks));
-        (hash, compress_segment(&new_texts))
+        let data = compress_segment(&new_texts);
+        kept.segments.push(Segment { hash, blocks: new_blocks, bytes: data.len() });
+        (hash, data)
     });
     let messages = hashes.iter().map(|h| at[h]).collect();
     let refs = Refs { separator, stored: kept, messages };
@@ -364,8 +384,12 @@ mod tests {
             .map(|(e, s)| (e.iter().map(|x| String::from_utf8(x.to_vec()).unwrap()).collect(), s))
     }
 
+    /// Messages of these ids, each with text of its own that compresses little (hex digits).
     fn array(ids: &[&str]) -> Vec<u8> {
-        let items: Vec<String> = ids.iter().map(|id| format!(r#"{{"id":"{id}","text":"the text of {id}"}}"#)).collect();
+        let text = |id: &str| {
+            (0..8u64).map(|k| format!("{:032x}", xxh3_128(format!("{id}{k}").as_bytes()))).collect::<String>()
+        };
+        let items: Vec<String> = ids.iter().map(|id| format!(r#"{{"id":"{id}","text":"{}"}}"#, text(id))).collect();
         format!("[{}]", items.join(",")).into_bytes()
     }
 
@@ -402,17 +426,26 @@ mod tests {
     #[test]
     fn a_next_turn_adds_one_segment_of_its_new_blocks() {
         let mut rows = FxHashMap::default();
-        let first = store(&array(&["a", "b", "c", "a"]), &Stored::default()).unwrap();
+        let ids: Vec<String> = (0..12).map(|n| format!("m{n}")).collect();
+        let first_ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+        let first = store(&array(&[&first_ids[..], &["m0"]].concat()), &Stored::default()).unwrap();
         apply(&mut rows, &first);
-        assert_eq!(first.stored.len(), 3); // the repeated message is stored once
+        assert_eq!(first.stored.len(), 12); // the repeated message is stored once
         let refs = Refs::parse(&first.refs).unwrap();
-        assert_eq!(refs.rebuild(&rows).unwrap(), array(&["a", "b", "c", "a"]));
-        let again = store(&array(&["a", "b", "c", "a"]), &first.stored).unwrap();
+        assert_eq!(refs.rebuild(&rows).unwrap(), array(&[&first_ids[..], &["m0"]].concat()));
+        let again = store(&array(&first_ids), &first.stored).unwrap();
         assert!(again.new.is_none() && again.gone.is_empty());
-        let next = store(&array(&["b", "c", "d"]), &first.stored).unwrap();
+        // m0 left out, n1 added: the first segment (12 blocks, 11 referenced) stays.
+        let next_ids = [&first_ids[1..], &["n1"]].concat();
+        let next = store(&array(&next_ids), &first.stored).unwrap();
         apply(&mut rows, &next);
-        assert_eq!((rows.len(), next.gone.len()), (2, 0)); // a gone, but its segment holds b and c
-        assert_eq!(Refs::parse(&next.refs).unwrap().rebuild(&rows).unwrap(), array(&["b", "c", "d"]));
+        assert_eq!((rows.len(), next.gone.len(), next.stored.len()), (2, 0, 13));
+        // n2 added: the small segment of n1 goes into the new one with it.
+        let last_ids = [&next_ids[..], &["n2"]].concat();
+        let last = store(&array(&last_ids), &next.stored).unwrap();
+        apply(&mut rows, &last);
+        assert_eq!((rows.len(), last.gone.len(), last.stored.len()), (2, 1, 14));
+        assert_eq!(Refs::parse(&last.refs).unwrap().rebuild(&rows).unwrap(), array(&last_ids));
     }
 
     #[test]
@@ -450,7 +483,7 @@ mod tests {
         let written = store(&array(&["a"]), &Stored::default()).unwrap();
         let refs = Refs::parse(&written.refs).unwrap();
         assert!(refs.rebuild(&FxHashMap::default()).is_err());
-        let wrong = FxHashMap::from_iter([(written.stored.segments[0].0, vec![b"{}".to_vec()])]);
+        let wrong = FxHashMap::from_iter([(written.stored.segments[0].hash, vec![b"{}".to_vec()])]);
         assert!(refs.rebuild(&wrong).is_err());
         let mut cut = written.refs.clone();
         cut.pop();
