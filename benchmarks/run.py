@@ -11,7 +11,8 @@ and 96 KiB), the audit benchmark (benchmarks/audit_bench.py: ShiftContext
 with and without its audit, SQLite and PostgreSQL), the serving table (benchmarks/ghz_bench.py:
 ghz at concurrency 1, 8 and 32, with and without chat ids, beside the bytes echo), two workers
 behind HAProxy hashing each call's chat vs the same two under SO_REUSEPORT (benchmarks/balancer_bench.py:
-re-shifts and calls/s), where an audited
+re-shifts and calls/s), the audited path on warm and cold chats and what a chat's next turn writes
+(benchmarks/audit_path.py: ghz against the unaudited call; the write-ahead log's bytes per turn), where an audited
 call's CPU goes (benchmarks/audit_cost.py: the servicer in process), the bytes one audit of a 48 KiB chat takes in
 the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
@@ -53,6 +54,7 @@ import contextshift  # noqa: E402
 from benchmarks import (  # noqa: E402
     audit_bench,
     audit_cost,
+    audit_path,
     balancer_bench,
     counting,
     facts,
@@ -340,6 +342,8 @@ def main() -> int:
     ghz_bench.main(args.quick)  # the serving table: ghz, with and without chat ids, by store and workers
     print()
     balancer_bench.main(args.quick)  # two workers behind HAProxy hashing x-chat-id vs SO_REUSEPORT
+    print()
+    audit_path.main(args.quick)  # audited calls on warm and cold chats; what a next turn writes
     print()
     audit_cost.main(args.quick)  # where an audited call's CPU goes (in process, no gRPC)
     print()
