@@ -14,6 +14,7 @@
 //! its elements joined by one separator (`,` as the core writes an array, `, ` as Python's
 //! `json.dumps` does), and `]`; any other array is stored whole, as before.
 
+use crate::json_spans::{self, Span};
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -76,8 +77,32 @@ impl std::error::Error for StoredError {}
 
 /// The top-level elements of a JSON array, and how they were joined; None unless the text is
 /// exactly `[`, the elements joined by one separator, `]` (`[]` has no elements). The text is
-/// taken as the valid JSON a shift wrote: only strings and nesting are tracked.
+/// taken as the valid JSON a shift wrote: only strings and nesting are tracked. An array of
+/// objects (a prompt's messages) is scanned 64 bytes at a time (`json_spans`), any other byte by
+/// byte.
 pub fn split_array(text: &[u8]) -> Option<(Vec<&[u8]>, Separator)> {
+    match json_spans::object_spans(text) {
+        Some(spans) if !spans.is_empty() => joined(text, &spans),
+        _ => split_bytewise(text),
+    }
+}
+
+/// The elements at `spans`, if the text is exactly `[`, them joined by one separator, `]`.
+fn joined<'a>(text: &'a [u8], spans: &[Span]) -> Option<(Vec<&'a [u8]>, Separator)> {
+    let gap = |end: usize, start: usize| &text[end..start];
+    let separator = match spans.get(1) {
+        Some(&(second, _)) if gap(spans[0].0 + spans[0].1, second) == b", " => Separator::CommaSpace,
+        _ => Separator::Comma,
+    };
+    let (first, _) = spans[0];
+    let (last, last_len) = spans[spans.len() - 1];
+    let exact = first == 1
+        && last + last_len + 1 == text.len()
+        && spans.windows(2).all(|w| gap(w[0].0 + w[0].1, w[1].0) == separator.text());
+    exact.then(|| (spans.iter().map(|&(start, len)| &text[start..start + len]).collect(), separator))
+}
+
+fn split_bytewise(text: &[u8]) -> Option<(Vec<&[u8]>, Separator)> {
     let inner = text.strip_prefix(b"[")?.strip_suffix(b"]")?;
     if inner.is_empty() {
         return Some((Vec::new(), Separator::Comma));
@@ -414,6 +439,22 @@ mod tests {
         let (elements, separator) = texts(r#"[{"a": 1}, {"b": "\\"}, 3]"#).unwrap();
         assert_eq!(elements, vec![r#"{"a": 1}"#, r#"{"b": "\\"}"#, "3"]);
         assert_eq!(separator, Separator::CommaSpace);
+    }
+
+    #[test]
+    fn objects_scanned_64_bytes_at_a_time_split_as_byte_by_byte() {
+        let long = format!(r#"{{"a":"{}\\","b":{{"c":[1,"]",2]}}}}"#, r#"x,}]\"{["#.repeat(40));
+        for (text, splits) in [
+            (format!("[{long},{long},{{}}]"), true),
+            (format!("[{long}, {long}]"), true),
+            (format!("[{long}]"), true),
+            (format!("[{long}, {long},{long}]"), false),
+            (format!("[ {long}]"), false),
+        ] {
+            let split = split_array(text.as_bytes());
+            assert_eq!(split, split_bytewise(text.as_bytes()), "{text}");
+            assert_eq!(split.is_some(), splits, "{text}");
+        }
     }
 
     #[test]
