@@ -12,7 +12,9 @@ with and without its audit, SQLite and PostgreSQL), the serving table (benchmark
 ghz at concurrency 1, 8 and 32, with and without chat ids, beside the bytes echo), two workers
 behind HAProxy hashing each call's chat vs the same two under SO_REUSEPORT (benchmarks/balancer_bench.py:
 re-shifts and calls/s), the audited path on warm and cold chats and what a chat's next turn writes
-(benchmarks/audit_path.py: ghz against the unaudited call; the write-ahead log's bytes per turn), where an audited
+(benchmarks/audit_path.py: ghz against the unaudited call; the write-ahead log's bytes per turn), the
+gateway in front of a fake provider vs the provider called directly (benchmarks/gateway_bench.py,
+wrk: the first byte's added time, streamed events/s, a 135k-token agent's request fitted), where an audited
 call's CPU goes (benchmarks/audit_cost.py: the servicer in process), the bytes one audit of a 48 KiB chat takes in
 the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
@@ -58,6 +60,7 @@ from benchmarks import (  # noqa: E402
     balancer_bench,
     counting,
     facts,
+    gateway_bench,
     ghz_bench,
     grpc_bench,
     hysteresis,
@@ -342,6 +345,8 @@ def main() -> int:
     ghz_bench.main(args.quick)  # the serving table: ghz, with and without chat ids, by store and workers
     print()
     balancer_bench.main(args.quick)  # two workers behind HAProxy hashing x-chat-id vs SO_REUSEPORT
+    print()
+    gateway_bench.main(args.quick)  # the gateway vs its provider called directly, with wrk
     print()
     audit_path.main(args.quick)  # audited calls on warm and cold chats; what a next turn writes
     print()

@@ -15,12 +15,14 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Debian packages the integration tests start: the page's browser, PostgreSQL's server binaries
-# (throwaway clusters), the balancer in front of two workers.
+# Debian packages the integration tests and the benchmarks start: the page's browser, PostgreSQL's
+# server binaries (throwaway clusters), the balancer in front of two workers, the gateway
+# benchmark's HTTP load tool.
 DEBIAN = {
     "chromium": ("the preview page's browser test", lambda: Path("/usr/bin/chromium").exists()),
     "postgresql": ("the store's tests", lambda: bool(glob.glob("/usr/lib/postgresql/*/bin/initdb"))),
     "haproxy": ("the balancer test and benchmark", lambda: Path("/usr/sbin/haproxy").exists()),
+    "wrk": ("the gateway benchmark's load tool", lambda: Path("/usr/bin/wrk").exists()),
 }
 
 
