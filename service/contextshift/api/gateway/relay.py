@@ -14,13 +14,14 @@ from __future__ import annotations
 import http.cookiejar
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
+from contextshift.api.gateway import http1
 from contextshift.api.gateway.upstreams import Upstream
 
 # RFC 9110 §7.6.1, and the ones proxies also drop.
@@ -46,29 +47,62 @@ MAX_SCANNED_BYTES = 16 * 1024 * 1024
 Headers = list[tuple[bytes, bytes]]
 
 
+class AnswerHeaders(Protocol):
+    """An upstream answer's headers: as they came, and one looked up by name."""
+
+    @property
+    def raw(self) -> list[tuple[bytes, bytes]]: ...
+
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+
+class Answer(Protocol):
+    """An upstream's answer, from either client: httpx's Response, or `http1.Answer`."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> AnswerHeaders: ...
+
+    def aiter_raw(self) -> AsyncIterator[bytes]: ...
+
+    async def aclose(self) -> None: ...
+
+
 class Clients:
-    """The process's pooled clients, one per kind of upstream: HTTP/2 where the upstream offers it
-    (an https:// upstream, by ALPN), HTTP/1.1 for an http:// one, which could not speak HTTP/2 to
-    it anyway (a client able to costs about 0.15 ms more per call there). Neither follows
-    redirects or keeps cookies (one caller's would reach another)."""
+    """The process's pooled clients, one per kind of upstream: httpx with HTTP/2 where the upstream
+    offers it (an https:// upstream, by ALPN), and the gateway's own HTTP/1.1 client
+    (`http1.Pool`) for an http:// one, which could not speak HTTP/2 to it anyway and where httpx's
+    layers cost more than the rest of a call. Neither follows redirects or keeps cookies (one
+    caller's would reach another)."""
 
     def __init__(self, max_connections: int) -> None:
-        self._tls = self._client(max_connections, http2=True)
-        self._plain = self._client(max_connections, http2=False)
-
-    @staticmethod
-    def _client(max_connections: int, *, http2: bool) -> httpx.AsyncClient:
         no_cookies = http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-        return httpx.AsyncClient(
-            http2=http2,
+        self._tls = httpx.AsyncClient(
+            http2=True,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
             follow_redirects=False,
             cookies=no_cookies,
             timeout=None,
         )
+        self._plain = http1.Pool(max_connections)
 
-    def of(self, upstream: Upstream) -> httpx.AsyncClient:
-        return self._tls if upstream.base_url.startswith("https:") else self._plain
+    def send(
+        self,
+        upstream: Upstream,
+        method: str,
+        url: str,
+        headers: Sequence[tuple[bytes, bytes]],
+        content: bytes | None,
+        timeout: httpx.Timeout,
+    ) -> Awaitable[Answer]:
+        """A request to `upstream`: its answer once the head came (the body to be read), or
+        httpx's errors."""
+        if upstream.base_url.startswith("https:"):
+            request = self._tls.build_request(method, url, content=content, headers=headers, timeout=timeout)
+            return self._tls.send(request, stream=True)
+        return self._plain.send(method, url, headers, content, timeout)
 
     async def aclose(self) -> None:
         await self._tls.aclose()
@@ -98,7 +132,7 @@ def upstream_headers(headers: Headers, upstream: Upstream) -> Headers:
     return sent
 
 
-def relayed_headers(headers: httpx.Headers) -> Headers:
+def relayed_headers(headers: AnswerHeaders) -> Headers:
     """The provider's answer headers as the caller gets them."""
     pairs = [(k.lower(), v) for k, v in headers.raw]
     dropped = _NOT_RELAYED | _listed(pairs)
@@ -175,8 +209,8 @@ class UsageScan:
         self._size = 0
 
     @classmethod
-    def of(cls, headers: Mapping[str, str]) -> UsageScan:
-        return cls(headers.get("content-type", "").startswith("text/event-stream"))
+    def of(cls, headers: AnswerHeaders) -> UsageScan:
+        return cls(str(headers.get("content-type") or "").startswith("text/event-stream"))
 
     def feed(self, chunk: bytes) -> None:
         if self._size > MAX_SCANNED_BYTES:

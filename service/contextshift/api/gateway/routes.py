@@ -156,7 +156,7 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _read_raw(response: httpx.Response) -> bytes:
+async def _read_raw(response: relay.Answer) -> bytes:
     """An upstream answer's bytes as they came (undecoded), whole: an error or a model list."""
     try:
         return b"".join([chunk async for chunk in response.aiter_raw()])
@@ -365,9 +365,10 @@ class Gateway:
         """Sends the fitted body upstream; the answer to relay, or the error to answer with."""
         body, upstream = fitted.body, fitted.upstream
         content = formats.upstream_body(body, kept, fitted.plan)
-        client, outgoing = self._upstream_request("POST", upstream, body.endpoint.path, request, content)
         sent = time.perf_counter()
-        sending = asyncio.ensure_future(client.send(outgoing, stream=True))
+        sending = asyncio.ensure_future(
+            self._upstream_call("POST", upstream, body.endpoint.path, request, content)
+        )
         hangup = asyncio.ensure_future(_disconnected(request.receive))
         gone = False
         try:
@@ -402,18 +403,16 @@ class Gateway:
         self._record(fitted, str(answer.status_code))
         return _whole_answer(answer.status_code, content, headers)
 
-    def _upstream_request(
+    def _upstream_call(
         self, method: str, upstream: Upstream, path: str, request: Request, content: bytes | None = None
-    ) -> tuple[httpx.AsyncClient, httpx.Request]:
-        """The request for `upstream` of a gateway `path`, with the caller's query and headers."""
+    ) -> Awaitable[relay.Answer]:
+        """`upstream`'s answer to a gateway `path`, with the caller's query and headers."""
         url = upstream.url(path)
-        if request.url.query:
-            url += "?" + request.url.query
-        client = self._clients.of(upstream)
-        headers = relay.upstream_headers(request.headers.raw, upstream)
-        return client, client.build_request(
-            method, url, content=content, headers=headers, timeout=self._timeouts[upstream.name]
-        )
+        query = request.scope.get("query_string", b"")
+        if query:
+            url += "?" + query.decode("latin-1")
+        headers = relay.upstream_headers(request.scope["headers"], upstream)
+        return self._clients.send(upstream, method, url, headers, content, self._timeouts[upstream.name])
 
     async def _unanswered(
         self, fitted: _Fitted, call: _GatewayCall, status: int, kind: str, message: str
@@ -476,7 +475,7 @@ class Gateway:
             log.warning("generation not closed", extra={"fields": {"reason": type(e).__name__}})
 
     async def _ended(
-        self, fitted: _Fitted, answer: httpx.Response, scan: relay.UsageScan, state: _Ending
+        self, fitted: _Fitted, answer: relay.Answer, scan: relay.UsageScan, state: _Ending
     ) -> None:
         """After a relay: the upstream answer closed, the generation closed, the slot freed."""
         await answer.aclose()
@@ -550,9 +549,8 @@ class Gateway:
                 call.status = 404
                 return _error("openai", _Refused(404, f"no model {model!r}", code="model_not_found"))
             path = "/".join(["/v1/models", *(quote(segment, safe=_SEGMENT_SAFE) for segment in segments)])
-            client, outgoing = self._upstream_request("GET", upstream, path, request)
             try:
-                answer = await client.send(outgoing, stream=True)
+                answer = await self._upstream_call("GET", upstream, path, request)
             except httpx.TimeoutException:
                 call.status = 504
                 return _error("openai", _Refused(504, "contextshift: the upstream did not answer in time"))
@@ -581,7 +579,7 @@ class _Relay(Response):
     ends it at once. Whatever ends it, the upstream answer is closed and the generation closed
     (`Gateway._ended`), shielded from the cancellation that may have ended it."""
 
-    def __init__(self, gateway: Gateway, fitted: _Fitted, answer: httpx.Response, headers: Headers) -> None:
+    def __init__(self, gateway: Gateway, fitted: _Fitted, answer: relay.Answer, headers: Headers) -> None:
         self.status_code = answer.status_code
         self.raw_headers = headers
         self.background = None
