@@ -205,10 +205,34 @@ def _plan_of(encoded_plan: bytes | None) -> tuple[pb.ContextPlan, bytes]:
     return pb.ContextPlan.FromString(rest), kept or b"[]"
 
 
-async def _disconnected(receive: Receive) -> None:
-    """Returns once the caller went away (its body already read)."""
-    while (await receive())["type"] != "http.disconnect":
-        pass
+class _Hangup:
+    """Watches for the caller going away, from the upstream call's start to the relay's end (its
+    body already read), and then cancels the call's task, which sees `gone`: one watching task for
+    the call's whole life, while the call itself awaits the upstream (no task of its own)."""
+
+    def __init__(self, receive: Receive) -> None:
+        self.gone = False
+        self._task = asyncio.current_task()
+        self._watching = True
+        self._watch = asyncio.ensure_future(self._run(receive))
+
+    async def _run(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if self._watching and self._task is not None:
+            self.gone = True
+            self._task.cancel()
+
+    def caught(self) -> bool:
+        """Whether the CancelledError being handled is the caller's going away (then the call goes
+        on, uncancelled, to close what it opened), not the call's own cancellation."""
+        self.stop()
+        return self.gone and self._task is not None and self._task.uncancel() == 0
+
+    def stop(self) -> None:
+        """No more watching: the answer ended (the server says the caller is gone once it has)."""
+        self._watching = False
+        self._watch.cancel()
 
 
 @dataclass
@@ -366,37 +390,36 @@ class Gateway:
         body, upstream = fitted.body, fitted.upstream
         content = formats.upstream_body(body, kept, fitted.plan)
         sent = time.perf_counter()
-        sending = asyncio.ensure_future(
-            self._upstream_call("POST", upstream, body.endpoint.path, request, content)
-        )
-        hangup = asyncio.ensure_future(_disconnected(request.receive))
-        gone = False
+        hangup = _Hangup(request.receive)
         try:
-            await asyncio.wait({sending, hangup}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            hangup.cancel()
-            if not sending.done():  # the caller went away, or this call is cancelled
-                gone = sending.cancel()
-                await asyncio.gather(sending, return_exceptions=True)
-        if gone:
+            answer = await self._upstream_call("POST", upstream, body.endpoint.path, request, content)
+        except (
+            asyncio.CancelledError
+        ):  # the caller went away (the upstream call is closed), or this call is cancelled
+            if not hangup.caught():
+                raise
             await self._close(fitted, pb.GENERATION_STATUS_CANCELLED)
             call.status = 499
             self._record(fitted, "499")
             return Response(status_code=499)
-        try:
-            answer = sending.result()
         except httpx.TimeoutException:
+            hangup.stop()
             return await self._unanswered(fitted, call, 504, "timeout", "the upstream did not answer in time")
         except httpx.HTTPError:
+            hangup.stop()
             return await self._unanswered(
                 fitted, call, 502, "APIConnectionError", f"the upstream {upstream.name!r} cannot be reached"
             )
+        except BaseException:
+            hangup.stop()
+            raise
         fitted.first_byte = time.perf_counter() - sent
         metrics.record_upstream_first_byte(body.endpoint.name, upstream.name, fitted.first_byte)
         headers = relay.relayed_headers(answer.headers) + fitted.headers
         call.status = answer.status_code
         if answer.status_code < 400:
-            return _Relay(self, fitted, answer, headers)
+            return _Relay(self, fitted, answer, headers, hangup)  # the relay watches on
+        hangup.stop()
         content = await _read_raw(answer)
         error = relay.error_of_body(answer.status_code, content)
         await self._close(fitted, pb.GENERATION_STATUS_FAILED, error=error)
@@ -576,16 +599,20 @@ class _Ending:
 class _Relay(Response):
     """An upstream answer relayed as it comes, chunk by chunk (the caller's reading paces the
     upstream's: no more than a chunk is held), while its usage is read; the caller going away
-    ends it at once. Whatever ends it, the upstream answer is closed and the generation closed
-    (`Gateway._ended`), shielded from the cancellation that may have ended it."""
+    ends it at once (the call's `_Hangup` cancels it). Whatever ends it, the upstream answer is
+    closed and the generation closed (`Gateway._ended`), shielded from the cancellation that may
+    have ended it."""
 
-    def __init__(self, gateway: Gateway, fitted: _Fitted, answer: relay.Answer, headers: Headers) -> None:
+    def __init__(
+        self, gateway: Gateway, fitted: _Fitted, answer: relay.Answer, headers: Headers, hangup: _Hangup
+    ) -> None:
         self.status_code = answer.status_code
         self.raw_headers = headers
         self.background = None
         self._gateway = gateway
         self._fitted = fitted
         self._answer = answer
+        self._hangup = hangup
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = self._fitted.body.endpoint.name
@@ -593,30 +620,27 @@ class _Relay(Response):
         state = _Ending()
         metrics.gateway_streams(endpoint, 1)
         try:
-            async with anyio.create_task_group() as group:
-
-                async def watch() -> None:
-                    await _disconnected(receive)
-                    group.cancel_scope.cancel()
-
-                group.start_soon(watch)
-                await send(
-                    {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-                )
-                try:
-                    async for chunk in self._answer.aiter_raw():
-                        scan.feed(chunk)
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                    scan.end()
-                    state.ended = True
-                except httpx.TimeoutException:
-                    state.failure = pb.ProviderError(http_status=504, type="timeout")
-                except httpx.HTTPError:
-                    state.failure = pb.ProviderError(http_status=502, type="APIConnectionError")
-                with contextlib.suppress(Exception):  # an answer cut short may not end well
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-                group.cancel_scope.cancel()
+            await send(
+                {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+            )
+            try:
+                async for chunk in self._answer.aiter_raw():
+                    scan.feed(chunk)
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                scan.end()
+                state.ended = True
+            except httpx.TimeoutException:
+                state.failure = pb.ProviderError(http_status=504, type="timeout")
+            except httpx.HTTPError:
+                state.failure = pb.ProviderError(http_status=502, type="APIConnectionError")
+            self._hangup.stop()
+            with contextlib.suppress(Exception):  # an answer cut short may not end well
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except asyncio.CancelledError:
+            if not self._hangup.caught():
+                raise
         finally:
+            self._hangup.stop()
             metrics.gateway_streams(endpoint, -1)
             with anyio.CancelScope(shield=True):
                 await self._gateway._ended(self._fitted, self._answer, scan, state)
