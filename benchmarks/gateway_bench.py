@@ -23,8 +23,10 @@ Cases, each gateway slice beside a direct one:
   is left out (the chat fits), so the body goes upstream as it came. The shift's own time is the
   server's log's `shift_ms` of the same calls.
 - `stream c64`: a 4 KiB chat answered with 1,000 server-sent events, at concurrency 64; events/s
-  from wrk's calls/s, and the server's RSS (/proc, every worker) sampled through the gateway's
-  slices.
+  from wrk's calls/s. After the rounds, the same through the gateway for SOAK_SECONDS more while
+  the server's RSS (/proc, its workers' summed) is sampled: flat when the peak of the second half
+  is within memory_bench.FLAT_TOLERANCE of the first's (sampled during the rounds instead, the
+  other cases' allocations between the streaming slices would show as growth).
 - `135k c1`: an agent's request of 3,202 messages and about 135k tokens (o200k_base) for gpt-4o,
   whose window is 128k: ShareGPT exchanges alternating with tool calls whose results are pages of
   real files (benchmarks/realtext: Debian changelogs and man pages, CPython's news, crates'
@@ -83,6 +85,7 @@ KEY_HEADER = "Authorization: Bearer sk-bench-not-a-key"
 EVENTS = 1000
 SLICE_SECONDS = 3
 ROUNDS = 3
+SOAK_SECONDS = 12
 WARM_CALLS = 20
 WAYS = ("direct", "gateway")
 # The judged cases and the informational ones: (name, body, concurrency).
@@ -420,7 +423,7 @@ def _shift_ms(lines: list[dict[str, Any]]) -> list[float]:
 
 
 def measure(
-    tmp: Path, provider_url: str, record: Path, workers: int, rounds: int, seconds: int
+    tmp: Path, provider_url: str, record: Path, workers: int, rounds: int, seconds: int, soak: int
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every case on a server of `workers` workers, rounds of alternating slices; the rows, and what
     the gateway sent of the agent's request and the RSS over the streaming slices."""
@@ -460,19 +463,18 @@ def measure(
             "tools_tokens": int(answer.headers["x-contextshift-tools-tokens"]),
             "excluded": int(answer.headers["x-contextshift-excluded"]),
         }
-        rss = Rss(worker_pids(server))
         measured = {(case, way): Slices() for case, _, _ in CASES for way in WAYS}
         for _ in range(rounds):
             for case, body, concurrency in CASES:
                 for way in WAYS:
                     before = len(server.log_lines())
-                    streaming = way == "gateway" and body == "stream"
-                    with rss.sampling() if streaming else contextlib.nullcontext():
-                        report = wrk(urls[way], files[body], concurrency, seconds)
                     slices = measured[case, way]
-                    slices.add(report)
+                    slices.add(wrk(urls[way], files[body], concurrency, seconds))
                     if way == "gateway":
                         slices.shift_ms += _shift_ms(server.log_lines()[before:])
+        rss = Rss(worker_pids(server))
+        with rss.sampling():
+            wrk(urls["gateway"], files["stream"], 64, soak)
     finally:
         server.terminate()
     rows = []
@@ -496,22 +498,22 @@ def measure(
                     "shift_p50_ms": statistics.median(s.shift_ms) if s.shift_ms else float("nan"),
                 }
             )
-    return rows, {"fitted": fitted, "rss_bytes": rss.samples}
+    return rows, {"fitted": fitted, "rss_bytes": rss.samples, "rss_seconds": soak}
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    rounds, seconds = (1, 1) if quick else (ROUNDS, SLICE_SECONDS)
+    rounds, seconds, soak = (1, 1, 3) if quick else (ROUNDS, SLICE_SECONDS, SOAK_SECONDS)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp_name, provider(Path(tmp_name)) as (url, record):
         for workers in (1,) if quick else (1, 2):
             tmp = Path(tmp_name) / f"workers-{workers}"
             tmp.mkdir()
-            found, seen = measure(tmp, url, record, workers, rounds, seconds)
+            found, seen = measure(tmp, url, record, workers, rounds, seconds, soak)
             for row in found:
                 if row["way"] == "gateway" and row["case"].startswith("135k"):
                     row["fitted"] = seen["fitted"]
                 if row["way"] == "gateway" and row["case"].startswith("stream"):
-                    row["rss_bytes"] = seen["rss_bytes"]
+                    row["rss_bytes"], row["rss_seconds"] = seen["rss_bytes"], seen["rss_seconds"]
             rows += found
     return rows
 
@@ -569,7 +571,7 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
             early, late = max(samples[:half]), max(samples[half:])
             growth = (late - early) / early
             findings.append(
-                f"{where}, the server's RSS over the streaming slices: {samples[0] / mib:.1f} -> {samples[-1] / mib:.1f} "
+                f"{where}, the server's RSS streaming for {gateway['rss_seconds']} s more: {samples[0] / mib:.1f} -> {samples[-1] / mib:.1f} "
                 f"MiB, peak in the first half {early / mib:.1f}, in the second {late / mib:.1f} MiB: growth "
                 f"{growth:+.1%} (flat: <= {memory_bench.FLAT_TOLERANCE:.0%}): "
                 f"{_verdict(growth <= memory_bench.FLAT_TOLERANCE)}"
