@@ -408,7 +408,8 @@ class Pool:
         host = parts.hostname or ""
         port = parts.port or 80
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        head = [f"{method} {target} HTTP/1.1\r\nhost: {parts.netloc}\r\n".encode("latin-1")]
+        authority = parts.netloc.rpartition("@")[2]  # never a URL's user and password
+        head = [f"{method} {target} HTTP/1.1\r\nhost: {authority}\r\n".encode("latin-1")]
         for name, value in headers:
             if b"\r" in value or b"\n" in value or b"\r" in name or b"\n" in name or b":" in name:
                 raise httpx.LocalProtocolError("a header name or value the upstream cannot be sent")
