@@ -1,5 +1,6 @@
 """The audit of a ShiftContext: encoded once from the reply's own pieces, compressed, stored, and
-read back for GetContextAudit; and the guard that keeps a cancelled call from leaving half of one.
+read back for GetContextAudit; what FinishGeneration reports of it; and the guard that keeps a
+cancelled call from leaving half of one.
 
 The stored payload is the encoded ContextAudit minus what FinishGeneration changes (status, error,
 reported tokens, finish time: the generation's columns) and minus the messages' text, compressed
@@ -21,9 +22,18 @@ from contextshift import engine
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.service.ids import timestamp
 from contextshift.api.service.plans import Shifted
-from contextshift.audit.provider_errors import ErrorCode
-from contextshift.audit.store import AuditKey, Generation, ShiftRecord, Status, StoredAudit, Unchecked
+from contextshift.audit.provider_errors import ErrorCode, normalize
+from contextshift.audit.store import (
+    AuditKey,
+    Generation,
+    GenerationReport,
+    ShiftRecord,
+    Status,
+    StoredAudit,
+    Unchecked,
+)
 from contextshift.cache_stable import PreviousPrompt
+from contextshift.calibration import Calibration
 from contextshift.result import ShiftResult
 
 STATUSES = {
@@ -164,6 +174,41 @@ class AuditWrite:
         with self._lock:
             self._cancelled = True
             return self._written
+
+
+_TERMINAL = {
+    pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
+    pb.GENERATION_STATUS_FAILED: Status.FAILED,
+    pb.GENERATION_STATUS_CANCELLED: Status.CANCELLED,
+}
+
+
+def _error_code(request: pb.FinishGenerationRequest) -> ErrorCode | None:
+    """The normalized provider error of a report (None unless FAILED); only this is stored."""
+    if request.status != pb.GENERATION_STATUS_FAILED:
+        return None
+    if request.HasField("provider_error"):
+        e = request.provider_error
+        return normalize(e.http_status, e.type, e.code, e.message)
+    return normalize(code=request.error_code) if request.error_code else ErrorCode.UNKNOWN
+
+
+def report(request: pb.FinishGenerationRequest) -> GenerationReport:
+    """What a checked FinishGeneration reports to the store."""
+    code = _error_code(request)
+    return GenerationReport(
+        request.generation_id,
+        _TERMINAL[request.status],
+        request.chat_id,
+        code.value if code else None,
+        request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None,
+    )
+
+
+def calibration_message(calibration: Calibration | None) -> pb.Calibration | None:
+    if calibration is None:
+        return None
+    return pb.Calibration(model=calibration.model, factor=calibration.factor, samples=calibration.samples)
 
 
 def stored_blocks(stored: StoredAudit | None) -> engine.StoredBlocks:

@@ -39,7 +39,7 @@ from contextshift.api.service.read_cache import ReadCache
 from contextshift.api.service.rpc_status import RequestError, bad_fields, invalid
 from contextshift.api.service.shift_rpc import ShiftCall
 from contextshift.api.service.store_view import Caches, LastPrompt, TenantStore
-from contextshift.audit.provider_errors import ErrorCode, normalize
+from contextshift.audit.provider_errors import ErrorCode
 from contextshift.audit.store import (
     UNCHECKED,
     AuditChanged,
@@ -58,7 +58,7 @@ from contextshift.audit.store import (
 from contextshift.audit.writer import GroupWriter, WriteOutcome
 from contextshift.budget import Budget
 from contextshift.cache_stable import PreviousPrompt
-from contextshift.calibration import ALPHA, Calibration
+from contextshift.calibration import ALPHA
 from contextshift.errors import FieldViolation
 from contextshift.result import ShiftResult
 
@@ -72,32 +72,10 @@ Written = tuple[Shifted[pb.ShiftContextRequest], WriteOutcome]
 # Where a chat's shift is made from: the chat's last prompt, and the audit it is of.
 PromptSource = Callable[[TenantStore], LastPrompt]
 
-_TERMINAL = {
-    pb.GENERATION_STATUS_COMPLETED: Status.COMPLETED,
-    pb.GENERATION_STATUS_FAILED: Status.FAILED,
-    pb.GENERATION_STATUS_CANCELLED: Status.CANCELLED,
-}
-
-
-def _calibration_message(calibration: Calibration | None) -> pb.Calibration | None:
-    if calibration is None:
-        return None
-    return pb.Calibration(model=calibration.model, factor=calibration.factor, samples=calibration.samples)
-
 
 def _checked(violations: Sequence[FieldViolation]) -> None:
     if violations:
         raise bad_fields(violations)
-
-
-def _error_code(request: pb.FinishGenerationRequest) -> ErrorCode | None:
-    """The normalized provider error of a report (None unless FAILED); only this is stored."""
-    if request.status != pb.GENERATION_STATUS_FAILED:
-        return None
-    if request.HasField("provider_error"):
-        e = request.provider_error
-        return normalize(e.http_status, e.type, e.code, e.message)
-    return normalize(code=request.error_code) if request.error_code else ErrorCode.UNKNOWN
 
 
 def _as_previous(result: ShiftResult) -> PreviousPrompt:
@@ -343,14 +321,7 @@ class ContextShiftService:
     async def FinishGeneration(self, request: pb.FinishGenerationRequest) -> pb.FinishGenerationResponse:
         """Moves the generation to its terminal status and feeds the calibration, in the store."""
         _checked(request_violations(request))  # ids, status, error_code / provider_error, tokens
-        code = _error_code(request)
-        report = GenerationReport(
-            request.generation_id,
-            _TERMINAL[request.status],
-            request.chat_id,
-            code.value if code else None,
-            request.reported_prompt_tokens if request.HasField("reported_prompt_tokens") else None,
-        )
+        report = audit_payload.report(request)
         tenant = current_tenant()
         try:
             finished = await self._placement.blocking(
@@ -371,7 +342,7 @@ class ContextShiftService:
             )
         response = pb.FinishGenerationResponse(
             calibration_recorded=finished.calibration_recorded,
-            calibration=_calibration_message(finished.calibration),
+            calibration=audit_payload.calibration_message(finished.calibration),
             status=audit_payload.STATUSES[g.status],
         )
         if g.error_code:
