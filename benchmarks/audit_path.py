@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ghz_bench import _delimited, blocks_json, ghz  # noqa: E402
+from benchmarks.ghz_bench import blocks_json, chats_data, ghz  # noqa: E402
 from benchmarks.hysteresis import whole_conversations  # noqa: E402
 from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
 from contextshift import engine  # noqa: E402
@@ -63,16 +63,6 @@ WINDOW = 6000
 LONG_CHAT_BYTES = 63 * 1024
 
 
-def _chats_data(n: int, text: str) -> bytes:
-    shift = pb.ShiftContextRequest(blocks_json=text)
-    requests = []
-    for i in range(n):
-        request = pb.ShiftContextRequest(chat_id=f"chat-{n}-{i}")
-        request.MergeFrom(shift)
-        requests.append(request.SerializeToString())
-    return _delimited(requests)
-
-
 def _percentile(ordered: list[int], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))] / 1e6 if ordered else float("nan")
 
@@ -87,7 +77,7 @@ def serving(quick: bool) -> list[dict[str, Any]]:
         data["shift"].write_bytes(pb.ShiftContextRequest(blocks_json=text).SerializeToString())
         for rpc, n in CHATS.items():
             data[rpc] = tmp / f"{rpc}.bin"
-            data[rpc].write_bytes(_chats_data(n, text))
+            data[rpc].write_bytes(chats_data(pb.ShiftContextRequest(blocks_json=text), n, f"{rpc}-chat"))
         for backend, url in (("sqlite", f"sqlite:///{tmp}/audit.db"), ("postgresql", cluster.new_database())):
             server = start_server(tmp, "--workers", "1", store=url)
             try:

@@ -102,12 +102,17 @@ def request_data(rpc: str, kib: int) -> bytes:
         return echo_service_pb2.EchoBytesRequest(payload=shift).SerializeToString()
     if rpc == "shift":
         return shift.SerializeToString()
-    chats = []
-    for n in range(CHATS):
-        chat = context_service_pb2.ShiftContextRequest(chat_id=f"ghz-chat-{n}")
+    return chats_data(shift, CHATS, "ghz-chat")
+
+
+def chats_data(shift: context_service_pb2.ShiftContextRequest, chats: int, prefix: str) -> bytes:
+    """`shift` for `chats` chats (`<prefix>-<n>`), as ghz sends them round-robin."""
+    requests = []
+    for n in range(chats):
+        chat = context_service_pb2.ShiftContextRequest(chat_id=f"{prefix}-{n}")
         chat.MergeFrom(shift)
-        chats.append(chat.SerializeToString())
-    return _delimited(chats)
+        requests.append(chat.SerializeToString())
+    return _delimited(requests)
 
 
 @dataclass
