@@ -130,6 +130,9 @@ CHATS_AFTER = _CHATS_PAGE.format(" AND a.created_ms <= ? AND (a.created_ms < ? O
 _CONFIG_COLUMNS = "model, role, context_size, max_output_tokens, system_reserve, profile, updated_ms"
 # The room a shift's generation claims without an audit: one row.
 GENERATION_BYTES = 128
+# What a shift's audit claims beyond its rows' bytes: the pages its b-trees grow by when a row splits
+# one (a page of SQLite's usual size).
+SPLIT_BYTES = 4096
 # Chats idle since a time: an old last shift and no newer append, or an old last append and no
 # newer shift (each side found through its index on time).
 _IDLE_CHATS = (
@@ -234,6 +237,16 @@ def _used_since(tx: Tx, tenant: str, chat_id: str, since_ms: int) -> bool:
 def audit_params(r: ShiftRecord) -> tuple[int, int | None, int | None, bytes | None]:
     """The values of `AUDIT_COLUMNS` for a record's audit."""
     return (r.generation.created_ms, r.kept, r.excluded, r.message_refs)
+
+
+def _audit_bytes(r: ShiftRecord) -> int:
+    """What a record with an audit adds to the store: its payload; with its messages stored as the
+    chat's blocks, their references, the new segment, and a page for the b-trees its rows split (an
+    audit's rows go into three tables and four indexes, no longer one long row)."""
+    audit = len(r.audit or b"")
+    if r.message_refs is None:
+        return audit
+    return audit + len(r.message_refs) + _segments_bytes(r) + SPLIT_BYTES
 
 
 def _segments_bytes(r: ShiftRecord) -> int:
@@ -473,7 +486,7 @@ class SqlStore(ABC):
                 outcomes.append(AuditChanged(r.generation.chat_id, now))
                 continue
             try:
-                tx.claim(GENERATION_BYTES if r.audit is None else len(r.audit) + _segments_bytes(r))
+                tx.claim(GENERATION_BYTES if r.audit is None else _audit_bytes(r))
             except StoreFull as e:
                 outcomes.append(e)
                 continue
