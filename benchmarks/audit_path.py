@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.ghz_bench import blocks_json, chats_data, ghz  # noqa: E402
+from benchmarks.ghz_bench import Slices, blocks_json, chats_data, ghz, measured_row  # noqa: E402
 from benchmarks.hysteresis import whole_conversations  # noqa: E402
 from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
 from contextshift import engine  # noqa: E402
@@ -61,10 +61,6 @@ CHATS = {"warm": 300, "cold": 1500}
 RPCS = ("shift", "warm", "cold")
 WINDOW = 6000
 LONG_CHAT_BYTES = 63 * 1024
-
-
-def _percentile(ordered: list[int], p: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))] / 1e6 if ordered else float("nan")
 
 
 def serving(quick: bool) -> list[dict[str, Any]]:
@@ -90,19 +86,9 @@ def serving(quick: bool) -> list[dict[str, Any]]:
                         report = ghz(
                             server.address, call, data[rpc], CONCURRENCY, "--duration", f"{seconds}s"
                         )
-                        ok = sorted(c["latency"] for c in report.get("details") or [] if c["status"] == "OK")
-                        errors = sum(1 for c in report.get("details") or [] if c["status"] != "OK")
-                        rows.append(
-                            {
-                                "store": backend,
-                                "round": r,
-                                "rpc": rpc,
-                                "calls_per_s": len(ok) / (report["total"] / 1e9),
-                                "p50_ms": _percentile(ok, 0.5),
-                                "p99_ms": _percentile(ok, 0.99),
-                                "errors": errors,
-                            }
-                        )
+                        slices = Slices([])
+                        slices.add(report)
+                        rows.append({"store": backend, "round": r, "rpc": rpc} | measured_row(slices))
             finally:
                 server.terminate()
     return rows

@@ -139,19 +139,13 @@ def _measure(
             after = counts(f"{http_url}/metrics")
             for key in server[way]:
                 server[way][key] += after[key] - before[key]
-            slices = measured[way]
-            slices.seconds += report["total"] / 1e9
-            for call in report.get("details") or []:
-                if call["status"] == "OK":
-                    slices.latencies.append(call["latency"])
-                else:
-                    slices.errors += 1
+            measured[way].add(report)
     rows = []
     for way in WAYS:
         audited, reshifts = server[way]["audited"], server[way]["reshifts"]
         rows.append(
             {"way": way, "concurrency": CONCURRENCY, "kib": KIB}
-            | ghz_bench._row(measured[way])
+            | ghz_bench.measured_row(measured[way])
             | {
                 "audited": audited,
                 "reshifts": reshifts,

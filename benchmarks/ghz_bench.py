@@ -123,6 +123,15 @@ class Slices:
     seconds: float = 0.0
     errors: int = 0
 
+    def add(self, report: dict[str, Any]) -> None:
+        """A ghz report's calls (its `--format json`)."""
+        self.seconds += report["total"] / 1e9
+        for call in report.get("details") or []:
+            if call["status"] == "OK":
+                self.latencies.append(call["latency"])
+            else:
+                self.errors += 1
+
 
 def ghz(address: str, rpc: str, data: Path, concurrency: int, *limit: str) -> dict[str, Any]:
     """ghz's JSON report of `rpc` calls on `address` with the requests in `data`; `limit`: more
@@ -185,13 +194,7 @@ def _measure_server(
         for rpc, kib, concurrency in plan:
             ghz(address, rpc, data[rpc, kib], concurrency, "--total", str(WARM_CALLS))
             report = ghz(address, rpc, data[rpc, kib], concurrency, "--duration", f"{seconds}s")
-            slices = measured[rpc, kib, concurrency]
-            slices.seconds += report["total"] / 1e9
-            for call in report.get("details") or []:
-                if call["status"] == "OK":
-                    slices.latencies.append(call["latency"])
-                else:
-                    slices.errors += 1
+            measured[rpc, kib, concurrency].add(report)
     return measured
 
 
@@ -202,7 +205,7 @@ def _reshifts(server: ServerProcess) -> float:
     return sum(s.value for f in families for s in f.samples if s.name == "contextshift_reshifts_total")
 
 
-def _row(slices: Slices) -> dict[str, Any]:
+def measured_row(slices: Slices) -> dict[str, Any]:
     ordered = sorted(slices.latencies)
 
     def pct(p: float) -> float:
@@ -260,7 +263,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                                 "concurrency": concurrency,
                                 "rpc": rpc,
                             }
-                            | _row(slices)
+                            | measured_row(slices)
                             | ({"server_reshifts": reshifts} if rpc == "shift+chat" else {})
                         )
     return rows
@@ -274,7 +277,7 @@ def _verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
 
-# What ghz measured of a row (`_row`'s keys), the last columns of a table.
+# What ghz measured of a row (`measured_row`'s keys), the last columns of a table.
 MEASURED = (
     Column("calls/s", "calls_per_s", 8, ".0f"),
     Column("p50 ms", "p50_ms", 7, ".2f"),
