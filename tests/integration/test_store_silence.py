@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 import grpc
 import httpx
@@ -130,26 +131,36 @@ def retry_delay(error: grpc.RpcError) -> float | None:
     return None
 
 
+class Polling:
+    """A loop (`_run`, until `_stop` is set) on a thread of its own while in a `with` block."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
 @dataclass
-class Readiness:
+class Readiness(Polling):
     """A server's /readyz, /healthz and gRPC health ("" and the service), read every `POLL`
     seconds until stopped: (when, readyz status, healthz status, gRPC "" status, gRPC service
     status)."""
 
     server: ServerProcess
     seen: list[tuple[float, int, int, int, int]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> Readiness:
-        self._thread = threading.Thread(target=self._run)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
+    def __post_init__(self) -> None:
+        Polling.__init__(self)
 
     def _run(self) -> None:
         with (
@@ -185,23 +196,14 @@ class Readiness:
 
 
 @dataclass
-class Previews:
+class Previews(Polling):
     """PreviewContext (no store) called in a loop until stopped: (when, took, code)."""
 
     address: str
     seen: list[tuple[float, float, grpc.StatusCode]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
 
-    def __enter__(self) -> Previews:
-        self._thread = threading.Thread(target=self._run)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        assert self._thread is not None
-        self._thread.join(30)
+    def __post_init__(self) -> None:
+        Polling.__init__(self)
 
     def _run(self) -> None:
         request = pb.PreviewContextRequest(
