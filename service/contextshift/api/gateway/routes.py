@@ -44,6 +44,7 @@ from contextshift.api.gateway import formats, relay, upstreams
 from contextshift.api.gateway.formats import Body, BodyError, Endpoint
 from contextshift.api.gateway.upstreams import Format, Upstream
 from contextshift.api.http.messages import http_status
+from contextshift.api.service import audit_payload
 from contextshift.api.service.gate import CallFailed, Gate, failure_status
 from contextshift.api.service.rpc_status import STORE_RETRY_SECONDS, RequestError
 from contextshift.api.service.servicer import ContextShiftService
@@ -380,7 +381,7 @@ class Gateway:
             generation_id=generation_id,
             plan=plan,
             started=started,
-            stored=bool(head.chat_id or (plan.approximate and plan.model)),
+            stored=audit_payload.generation_stored(head.chat_id, plan.approximate, plan.model),
             headers=_plan_headers(generation_id, plan),
         )
         return fitted, kept

@@ -59,10 +59,16 @@ def generation(shifted: Shifted[pb.ShiftContextRequest], generation_id: str, cre
 
 
 def stores_generation(shifted: Shifted[Any]) -> bool:
-    """Whether a shift's generation is stored: with its chat's audit, or for FinishGeneration to
-    calibrate an approximate profile's counts for its model."""
+    """Whether a shift's generation is stored (`generation_stored`)."""
     result = shifted.result
-    return bool(shifted.request.chat_id or (result.approximate and result.model))
+    return generation_stored(shifted.request.chat_id, result.approximate, result.model or "")
+
+
+def generation_stored(chat_id: str, approximate: bool, model: str) -> bool:
+    """Whether the generation of a shift of `chat_id` (or none) counted under an `approximate`
+    profile for `model` is stored: with its chat's audit, or for FinishGeneration to calibrate an
+    approximate profile's counts for its model."""
+    return bool(chat_id or (approximate and model))
 
 
 def encode(
