@@ -26,11 +26,13 @@ const KEPT: usize = 8;
 const MAX_DEPTH: usize = 32;
 
 /// What a held object is: a value that never changes, or a container of `n` entries or items.
+/// Sizes are u32 so a print is 16 bytes: the tape of 10k messages is written in the call that
+/// first keeps them, and its fresh pages were a good part of that call's cost.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Held {
     Leaf,
-    Dict(isize),
-    Seq(isize),
+    Dict(u32),
+    Seq(u32),
 }
 
 /// The objects of a request's first blocks in the order a walk meets them (a dict's keys before
@@ -58,6 +60,26 @@ impl Prints {
         }
         self.ends.push(self.tape.len());
         true
+    }
+
+    /// Appends the prints of `nodes` from the first, up to one that may not be held. Room is made
+    /// once, for as many objects a block as the first one took (within `bound` bytes, more than a
+    /// request kept may hold): growing the tape by doubling copied it and touched twice the fresh
+    /// memory.
+    fn extend(&mut self, nodes: &[PyNode<'_, '_>], bound: usize) {
+        let Some((first, rest)) = nodes.split_first() else { return };
+        let before = self.tape.len();
+        if !self.push(first) {
+            return;
+        }
+        let objects = (self.tape.len() - before).saturating_mul(rest.len());
+        self.ends.reserve(rest.len());
+        self.tape.reserve(objects.min(bound / std::mem::size_of::<(Py<PyAny>, Held)>()));
+        for node in rest {
+            if !self.push(node) {
+                return;
+            }
+        }
     }
 
     /// How many of `nodes`, from the first, are the objects printed and hold what they held.
@@ -114,11 +136,11 @@ fn held(obj: *mut ffi::PyObject) -> Option<Held> {
     unsafe {
         let ty = ffi::Py_TYPE(obj);
         if ty == ptr::addr_of_mut!(ffi::PyDict_Type) {
-            Some(Held::Dict(ffi::PyDict_Size(obj)))
+            u32::try_from(ffi::PyDict_Size(obj)).ok().map(Held::Dict)
         } else if ty == ptr::addr_of_mut!(ffi::PyList_Type) {
-            Some(Held::Seq(ffi::PyList_Size(obj)))
+            u32::try_from(ffi::PyList_Size(obj)).ok().map(Held::Seq)
         } else if ty == ptr::addr_of_mut!(ffi::PyTuple_Type) {
-            Some(Held::Seq(ffi::PyTuple_Size(obj)))
+            u32::try_from(ffi::PyTuple_Size(obj)).ok().map(Held::Seq)
         } else {
             is_leaf(ty, obj).then_some(Held::Leaf)
         }
@@ -162,7 +184,9 @@ fn record(obj: Borrowed<'_, '_, PyAny>, tape: &mut Vec<(Py<PyAny>, Held)>, depth
                 }
                 true
             }
-            Held::Seq(len) => (0..len).all(|i| record(Borrowed::from_ptr(py, item(obj.as_ptr(), i)), tape, depth + 1)),
+            Held::Seq(len) => {
+                (0..len as isize).all(|i| record(Borrowed::from_ptr(py, item(obj.as_ptr(), i)), tape, depth + 1))
+            }
         }
     }
 }
@@ -194,7 +218,7 @@ fn same(obj: *mut ffi::PyObject, tape: &[(Py<PyAny>, Held)], at: &mut usize) -> 
                 }
                 true
             }
-            Held::Seq(len) => (0..len).all(|i| same(item(obj, i), tape, at)),
+            Held::Seq(len) => (0..len as isize).all(|i| same(item(obj, i), tape, at)),
         }
     }
 }
@@ -352,11 +376,7 @@ pub(crate) fn read(
             (conversation, None, Prints::default(), Vec::new(), None)
         }
     };
-    for node in &nodes[prints.len()..] {
-        if !prints.push(node) {
-            break;
-        }
-    }
+    prints.extend(&nodes[prints.len()..], bound);
     // No Python object is read from here on.
     let (conversation, groups) = with_groups(py, conversation, groups_before);
     put(Recent::new(prints, conversation.clone(), Arc::clone(&groups), ids, cap, sizes), bound);
