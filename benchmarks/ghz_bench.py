@@ -28,6 +28,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,23 +64,28 @@ METHODS = {
 
 
 @functools.cache
-def blocks_json(kib: int) -> str:
-    """ShareGPT conversations' messages as blocks after a system prompt, up to `kib` KiB of JSON."""
-    blocks: list[dict[str, str]] = [
-        {"id": "system", "role": "system", "content": "You are a helpful assistant."}
-    ]
-    size = len(json.dumps(blocks))
+def sharegpt_blocks() -> Iterator[dict[str, str]]:
+    """ShareGPT conversations' messages as blocks after a system prompt, in the dataset's order."""
+    yield {"id": "system", "role": "system", "content": "You are a helpful assistant."}
+    n = 1
     for turns in whole_conversations():
         for turn in turns:
             role = {"human": "user", "gpt": "assistant"}.get(str(turn.get("from")))
             text = str(turn.get("value", "")).strip()
-            if role is None or not text:
-                continue
-            block = {"id": f"b{len(blocks)}", "role": role, "content": text}
-            size += len(json.dumps(block, ensure_ascii=False).encode()) + 2
-            if size > kib * 1024:
-                return json.dumps(blocks, ensure_ascii=False)
-            blocks.append(block)
+            if role is not None and text:
+                yield {"id": f"b{n}", "role": role, "content": text}
+                n += 1
+
+
+def blocks_json(kib: int) -> str:
+    """`sharegpt_blocks` up to `kib` KiB of JSON."""
+    blocks: list[dict[str, str]] = []
+    size = 0  # the list's brackets and commas: 2 bytes a block
+    for block in sharegpt_blocks():
+        size += len(json.dumps(block, ensure_ascii=False).encode()) + 2
+        if size > kib * 1024:
+            return json.dumps(blocks, ensure_ascii=False)
+        blocks.append(block)
     raise AssertionError("the dataset holds less text than the payload needs")
 
 

@@ -31,7 +31,8 @@ new bytes each call) and >= 2x from dicts (the same objects again, and an agent 
 its own objects, one more), 100k blocks under 50 ms; growth from 10k to 100k at most 11x; the
 heuristic routes with the block cache off, a history's first read), runs the same contest on real
 text (benchmarks/real_chat.py: ShareGPT, long blocks), prints the peak memory of one shift
-(benchmarks/shift_memory.py), writes benchmarks/results/*.json and the plots (benchmarks/plots.py:
+(benchmarks/shift_memory.py), times a fresh process's first two calls with the block cache on and
+off (benchmarks/cold_calls.py), writes benchmarks/results/*.json and the plots (benchmarks/plots.py:
 docs/benchmarks/*.png for a full run, benchmarks/results/*.png for --quick).
 Timings are medians of repeated runs; ratios, not absolute times, are what to compare across
 machines.
@@ -58,6 +59,7 @@ from benchmarks import (  # noqa: E402
     audit_cost,
     audit_path,
     balancer_bench,
+    cold_calls,
     counting,
     facts,
     gateway_bench,
@@ -320,6 +322,8 @@ def main() -> int:
     plots.write(rows, profiles, out if args.quick else ROOT / "docs" / "benchmarks")
     print()
     real_chat.main(args.quick)  # the same contest on real text (benchmarks/real_chat.py)
+    print()
+    cold_calls.main(args.quick)  # a fresh process's first two calls, block cache on and off
     print()
     counting.main(args.quick)  # token counting throughput (benchmarks/counting.py)
     print()
