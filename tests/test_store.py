@@ -612,6 +612,25 @@ def test_postgresql_a_delete_never_commits_inside_an_append_to_its_chat(pg: tupl
 
 
 @pytest.mark.postgres
+def test_postgresql_plans_each_statement_for_its_tables_as_they_are(postgres: Cluster) -> None:
+    # A plan PostgreSQL keeps for a prepared statement is made for the tables as they were: made
+    # while a new store's tables were nearly empty, it read every generation to find a chat's audit,
+    # slower with each call (a tenth of the calls/s within a minute, benchmarks/audit_path.py).
+    # Statements are never prepared: each is planned for the tables as they are.
+    store = open_store(postgres.new_database(), pool_size=1)
+    store.migrate()
+    try:
+        for turn in range(12):
+            for chat in ("a", "b"):
+                store.record_shift("", generation(f"{chat}{turn}", chat_id=chat), f"audit-{turn}".encode())
+                assert store.audit("", chat) is not None
+        prepared = store._run(lambda tx: tx.rows("SELECT statement FROM pg_prepared_statements"), write=False)  # type: ignore[attr-defined]
+        assert prepared == []
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
 def test_postgresql_pooled_connections_outlive_a_restart_of_the_database() -> None:
     # A cluster of its own: restarting the session's would cut off the other tests' stores.
     with running_cluster() as cluster:
