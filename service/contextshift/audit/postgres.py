@@ -49,6 +49,7 @@ import functools
 import logging
 import math
 import os
+import re
 import select
 import threading
 import time
@@ -123,6 +124,15 @@ _INSERT_SEGMENT = (
     f"WHERE {_AUDIT_WRITTEN} ON CONFLICT DO NOTHING"
 )
 _DELETE_SEGMENTS = f"DELETE FROM audit_segments WHERE tenant = ? AND chat_id = ? AND segment_hash = ANY(?) AND {_AUDIT_WRITTEN}"
+
+
+# Reads that join tables are never prepared. A prepared statement's plan is made once, for the
+# tables as they were: made while a new store was nearly empty, the plan of a chat's audit joined
+# to its generation read every generation, slower with each call (a tenth of the calls/s within a
+# minute, until autovacuum's ANALYZE replaced it). Planned each time, a join follows the tables; a
+# statement on one table goes by its key and keeps its plan (planning every statement cost a sixth
+# of the calls/s once the plans were good).
+_JOINS = re.compile(r"\bJOIN\b")
 
 
 @functools.lru_cache(maxsize=256)
@@ -200,7 +210,8 @@ class _Tx:
         self.claimed = 0  # bytes claimed since
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        return self.connection.execute(_sql(sql), params).fetchall()
+        prepare = False if _JOINS.search(sql) else None  # see `_JOINS`
+        return self.connection.execute(_sql(sql), params, prepare=prepare).fetchall()
 
     def locked(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.rows(sql + " FOR UPDATE", params)
@@ -346,12 +357,7 @@ class PostgresStore(SqlStore):
                 self._conninfo,
                 min_size=1,
                 max_size=self._pool_size,
-                # Statements never prepared: a prepared statement's plan is made once, for the
-                # tables as they were, and one made while a new store was nearly empty read every
-                # generation to find a chat's audit (a quarter of the calls/s within a minute).
-                # Planned each time, a plan follows the tables (and a pooler in transaction mode
-                # needs no support for prepared statements).
-                kwargs={"autocommit": True, "connect_timeout": connect_timeout, "prepare_threshold": None},
+                kwargs={"autocommit": True, "connect_timeout": connect_timeout},
                 timeout=self._timeout,
                 open=False,
                 name="contextshift",
