@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -146,17 +147,40 @@ def test_subclasses_are_read_every_time() -> None:
     assert shift(blocks, 1000) == uncached(blocks, 1000)
 
 
-def test_held_objects_are_let_go_when_the_caches_are_cleared() -> None:
-    text = "".join(["a text nobody else holds ", str(id(object()))])
+def test_a_request_whose_counts_are_known_is_kept_once_sent_again() -> None:
+    text = f"a text nobody else holds {uuid.uuid4()}"  # (never counted before)
+    contextshift.count_tokens([text], "o200k_base")  # its count known, as after an earlier call
     blocks: list[Block] = [{"id": "a", "role": "user", "content": text}]
     before = sys.getrefcount(text)
     shift(blocks, 1000)
     assert sys.getrefcount(text) == before  # a request seen once: its text not held
     shift(blocks, 1000)
     assert sys.getrefcount(text) == before + 1  # sent again: held by the request kept
+
+
+def test_a_request_counted_now_is_kept_at_once() -> None:
+    # The call counts its blocks with the tokenizer: recording its objects is a small part of it,
+    # and its second sight (a loop's next turn) reads none of them again.
+    text = f"a text nobody else holds {uuid.uuid4()}"  # (never counted before)
+    blocks: list[Block] = [{"id": "a", "role": "user", "content": text}]
+    before = sys.getrefcount(text)
+    shift(blocks, 1000)
+    assert sys.getrefcount(text) == before + 1  # kept after its first sight
+    again = shift(blocks, 1000)
+    contextshift.shift_context(blocks, budget=1000, profile="heuristic")  # the same request
+    assert again == uncached(blocks, 1000)  # which lets the kept request go
+    del again
+    assert sys.getrefcount(text) == before
+
+
+def test_held_objects_are_let_go_when_the_caches_are_cleared() -> None:
+    text = f"a text nobody else holds {uuid.uuid4()}"  # (never counted before)
+    blocks: list[Block] = [{"id": "a", "role": "user", "content": text}]
+    before = sys.getrefcount(text)
+    shift(blocks, 1000)
+    assert sys.getrefcount(text) == before + 1  # counted now: kept at once
     profiles.clear_cache()  # its blocks hold counts: kept requests go with them
     assert sys.getrefcount(text) == before
-    shift(blocks, 1000)
     shift(blocks, 1000)
     profiles.configure_block_cache(profiles.block_cache_stats().capacity_bytes)
     assert sys.getrefcount(text) == before
@@ -168,8 +192,10 @@ def test_held_objects_are_let_go_when_the_caches_are_cleared() -> None:
 
 def test_messages_built_anew_every_time_are_not_held() -> None:
     text = "".join(["a text in every request ", str(id(object()))])
-    before = sys.getrefcount(text)
     system = {"id": "sys", "role": "system", "content": "the same object every time"}
+    # Their counts known, as a backend's are after its first call.
+    contextshift.count_tokens([text, system["content"]], "o200k_base")
+    before = sys.getrefcount(text)
     for turn in range(4):
         # A backend's messages from its store: new dicts each time, after a constant opening.
         history = [{"id": f"m{i}", "role": "user", "content": text} for i in range(turn + 2)]

@@ -208,18 +208,22 @@ impl PyConversation {
 #[pymethods]
 impl PyConversation {
     /// `tool_result_max_chars`: a lower cap for blocks that answer a tool call (None: off).
+    /// `profile`: the profile the blocks will be counted with, if known (see `recent_dicts::read`).
     #[new]
-    #[pyo3(signature = (blocks, max_block_chars, tool_result_max_chars=None))]
+    #[pyo3(signature = (blocks, max_block_chars, tool_result_max_chars=None, profile=None))]
     fn new(
         py: Python<'_>,
         blocks: &Bound<'_, PyAny>,
         max_block_chars: usize,
         tool_result_max_chars: Option<usize>,
+        profile: Option<&str>,
     ) -> PyResult<Self> {
         guarded(|| {
             let nodes = convert::sequence(blocks).map_err(|e| not_a_list("blocks", e))?;
             let cap = char_cap(max_block_chars, tool_result_max_chars);
-            let (conv, groups) = recent_dicts::read(py, &nodes, cap).map_err(invalid_blocks)?;
+            let counted_with = profile.map(|name| profile_named(py, name)).transpose()?;
+            let (conv, groups) =
+                recent_dicts::read(py, &nodes, cap, counted_with.as_deref()).map_err(invalid_blocks)?;
             Ok(PyConversation { blocks: conv.blocks, cuts: conv.cuts, over_cap: conv.over_cap, groups, json: None })
         })
     }

@@ -6,13 +6,16 @@
 //! float, bool or None never changes. So a block of the next request that is the same dict holding
 //! the same objects, down to every value, is the block read before, with its counts; from the first
 //! block that is not, the request is read as before. Dicts, lists and tuples can change, so they
-//! are compared entry by entry, never trusted. A caller that builds its messages anew each time
-//! never has a request kept: it pays for noting two objects.
+//! are compared entry by entry, never trusted. A caller that builds its messages anew each time,
+//! their counts known, never has a request kept: it pays for noting two objects. A request whose
+//! blocks the call will count is kept at once: recording its objects is then a small part of the
+//! call (a percent of a first call on real text), and its second sight reads none of them.
 
 use crate::convert::PyNode;
 use contextshift_core::block_cache;
 use contextshift_core::{
-    extend_conversation, parse_conversation, Block, CharCap, Conversation, Groups, IdHashes, Violation,
+    extend_conversation, mostly_uncounted, parse_conversation, Block, CharCap, Conversation, Groups, IdHashes, Profile,
+    Violation,
 };
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -308,11 +311,15 @@ pub(crate) fn clear() {
 }
 
 /// Reads `nodes` as `parse_conversation` does, taking the blocks of a recent request whose objects
-/// they are; the request is kept for the next one once its objects are seen sent again.
+/// they are; the request is kept for the next one once its objects are seen sent again, or at once
+/// when the call will count most of its blocks under `counted_with` (their counts not cached): the
+/// tokenizer's work then makes recording its objects a small part of the call, and the next call
+/// on them (a loop's next turn, the same request again) reads none of them again.
 pub(crate) fn read(
     py: Python<'_>,
     nodes: &[PyNode<'_, '_>],
     cap: CharCap,
+    counted_with: Option<&Profile>,
 ) -> Result<(Conversation, Arc<Groups>), Vec<Violation>> {
     let bound = block_cache::global().capacity_bytes() / 4;
     if bound == 0 || nodes.is_empty() {
@@ -364,8 +371,10 @@ pub(crate) fn read(
         prior => {
             retired.0.extend(prior.map(|p| p.prints));
             let conversation = parse_conversation(nodes, cap, "blocks")?;
-            if retired.1.is_none() {
-                // New objects: noted, not kept, until they are sent again.
+            let counts_now =
+                counted_with.is_some_and(|profile| mostly_uncounted(profile, conversation.blocks.as_slice()));
+            if retired.1.is_none() && !counts_now {
+                // New objects whose counts are known: noted, not kept, until they are sent again.
                 let last = nodes.len() - 1;
                 let (first, last_held) = (nodes[0].0.to_owned().unbind(), nodes[last].0.to_owned().unbind());
                 let noted = note(Seen { first, last: last_held, len: nodes.len(), cap });

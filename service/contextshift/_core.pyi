@@ -127,7 +127,11 @@ class Plan:
 @final
 class Conversation:
     def __new__(
-        cls, blocks: Sequence[Any], max_block_chars: int, tool_result_max_chars: int | None = None
+        cls,
+        blocks: Sequence[Any],
+        max_block_chars: int,
+        tool_result_max_chars: int | None = None,
+        profile: str | None = None,
     ) -> Conversation: ...
     @staticmethod
     def from_json(

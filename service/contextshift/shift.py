@@ -120,7 +120,9 @@ def shift_context(
     conversation = (
         engine.Conversation.from_json(blocks, opts.max_block_chars, opts.tool_result_max_chars or None)
         if isinstance(blocks, str | bytes)
-        else engine.Conversation(blocks, opts.max_block_chars, opts.tool_result_max_chars or None)
+        else engine.Conversation(
+            blocks, opts.max_block_chars, opts.tool_result_max_chars or None, resolution.profile
+        )
     )
     counts = conversation.count(resolution.profile, known_tokens, resolution.reasoning)
     unpinned = conversation.pinned_cap(counts, opts.pinned_cap * room.blocks)

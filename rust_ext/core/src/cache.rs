@@ -177,6 +177,14 @@ impl CountCache {
         tokens
     }
 
+    /// Whether the count of a text (whose `text_key` is `key`) under the profile with `salt` is
+    /// cached; its entry, the hits and the misses stay as they were.
+    pub fn holds(&self, salt: u128, key: TextKey) -> bool {
+        let key = key ^ salt;
+        let shard = lock(&self.shards[shard_of(key)]);
+        shard.current.contains_key(&key) || shard.previous.contains_key(&key)
+    }
+
     /// `get_or_count` for each of `texts` (whose `text_key`s are `keys`), in order, with the same
     /// counts, entries and hit and miss totals. Each shard is locked once and probed for all of
     /// its keys in a row: a probe of a large cache is a memory miss, and probes that follow one

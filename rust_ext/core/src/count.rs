@@ -197,6 +197,33 @@ pub fn count_blocks(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     counts.into_iter().map(|c| c.expect("every block counted")).collect()
 }
 
+/// Blocks looked at by `mostly_uncounted`, spread over the list.
+const SAMPLED: usize = 16;
+
+/// Whether `count_blocks` under `profile` will count most of `blocks` with its tokenizer (their
+/// texts not in the count cache), judged on a few of them: the call is then the tokenizer's work,
+/// and reading its blocks once more costs a small part of it. False for a profile whose counts
+/// are not cached (a count costs about what a read does) and with the count cache off.
+pub fn mostly_uncounted<B: std::ops::Deref<Target = Block>>(profile: &Profile, blocks: &[B]) -> bool {
+    if !profile.uses_cache() || !cache::global().enabled() || blocks.is_empty() {
+        return false;
+    }
+    let step = blocks.len().div_ceil(SAMPLED);
+    let sampled = blocks.iter().step_by(step);
+    let uncounted = sampled
+        .clone()
+        .filter(|block| {
+            let mut held = true;
+            block_count_with(profile, block, |text| {
+                held &= cache::global().holds(profile.salt(), cache::text_key(text));
+                0
+            });
+            !held
+        })
+        .count();
+    2 * uncounted > sampled.count()
+}
+
 /// `count_blocks` through the count cache, text by text.
 fn count_blocks_cached(profile: &Profile, blocks: &[&Block]) -> Vec<BlockCount> {
     // Fewer blocks make smaller batches, so a few large blocks counted cold still spread over
@@ -359,6 +386,20 @@ mod tests {
         }
         // One count per slot: the second exact profile is counted through the count cache.
         assert_eq!(block.counted.get(MemoSlot::CountCached, c.salt()), None);
+    }
+
+    #[test]
+    fn blocks_are_mostly_uncounted_until_their_texts_are_counted() {
+        // Texts of this test alone: the count cache is the process's, shared by every test.
+        let texts: Vec<String> = (0..40).map(|i| format!("mostly_uncounted block {i} of a test")).collect();
+        let owned: Vec<Block> = texts.iter().map(|t| block(Role::User, &[t.as_str()])).collect();
+        let blocks: Vec<&Block> = owned.iter().collect();
+        let (o, h) = (profile_by_name("o200k_base").unwrap(), profile_by_name("heuristic").unwrap());
+        assert!(mostly_uncounted(&o, &blocks));
+        assert!(!mostly_uncounted(&h, &blocks), "the heuristic's counts are not cached: never");
+        count_blocks(&o, &blocks[..30]);
+        assert!(!mostly_uncounted(&o, &blocks), "three in four counted");
+        assert!(!mostly_uncounted(&o, &[] as &[&Block]));
     }
 
     #[test]

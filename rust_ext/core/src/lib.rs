@@ -31,7 +31,7 @@ pub mod wire;
 
 pub use block::{Block, Image, Kind, Reasoning, ReasoningSource, Role, ToolCall};
 #[cfg(feature = "counting")]
-pub use count::{block_tokens, count_blocks};
+pub use count::{block_tokens, count_blocks, mostly_uncounted};
 pub use group::Groups;
 pub use parse::{
     extend_conversation, parse_block, parse_conversation, rewrite_block, CharCap, CharCut, Conversation, IdHashes,
