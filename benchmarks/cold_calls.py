@@ -1,9 +1,10 @@
 """The library's first two calls with the block cache on and off: `python benchmarks/cold_calls.py
 [--quick]` (part of `make benchmark`).
 
-A caller's first sight of a list of 10,000 real messages as dicts (ShareGPT through
-ghz_bench.sharegpt_blocks, o200k_base, a 128k-token budget) and the second sight of the same
-objects, each timed in a fresh process: with the block cache on, and with it off
+A caller's first sight of 10,000 real messages (ShareGPT through ghz_bench.sharegpt_blocks,
+o200k_base, a 128k-token budget) and the second sight of the same request, each timed in a fresh
+process, by two routes: a list of dicts (the second call given the same objects) and JSON bytes
+(the same bytes again, as the server reads a request); with the block cache on, and with it off
 (`configure_block_cache(0)`, which also turns off the recent requests kept from dicts). The
 vocabulary is loaded before the timing, so the first call counts every message and the second
 finds their counts in the count cache. A round runs three processes, on, off and off again, in an
@@ -33,10 +34,11 @@ BUDGET = 128_000
 PROFILE = "o200k_base"
 TARGET = 1.2
 MODES = ("on", "off", "off again")
+ROUTES = ("dicts", "json")
 
 
-def _calls_here(cache: bool) -> list[float]:
-    """In this process: the first and second call's milliseconds on the same objects."""
+def _calls_here(cache: bool, route: str) -> list[float]:
+    """In this process: the first and second call's milliseconds on the same request."""
     import contextshift
     from benchmarks.ghz_bench import sharegpt_blocks
     from contextshift import profiles
@@ -44,18 +46,19 @@ def _calls_here(cache: bool) -> list[float]:
     if not cache:
         profiles.configure_block_cache(0)
     messages = list(itertools.islice(sharegpt_blocks(), MESSAGES))
+    request = messages if route == "dicts" else json.dumps(messages, ensure_ascii=False).encode()
     contextshift.count_tokens(["the vocabulary loaded"], PROFILE)
     times = []
     for _ in range(2):
         start = time.perf_counter()
-        contextshift.shift_context(messages, budget=BUDGET, profile=PROFILE)
+        contextshift.shift_context(request, budget=BUDGET, profile=PROFILE)
         times.append((time.perf_counter() - start) * 1e3)
     return times
 
 
-def _fresh_process(cache: bool) -> list[float]:
+def _fresh_process(cache: bool, route: str) -> list[float]:
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cold_calls", "--one", "on" if cache else "off"],
+        [sys.executable, "-m", "benchmarks.cold_calls", "--one", "on" if cache else "off", route],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -65,11 +68,15 @@ def _fresh_process(cache: bool) -> list[float]:
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
-    """Per call, the milliseconds of each mode in each round, and the ratios against `off`."""
+    """Per route and call, the medians of each mode over the rounds, and the ratios against `off`."""
+    return [row for route in ROUTES for row in _route(route, 3 if quick else 10)]
+
+
+def _route(route: str, rounds_run: int) -> list[dict[str, Any]]:
     rounds = []
-    for n in range(3 if quick else 10):
+    for n in range(rounds_run):
         order = MODES[n % 3 :] + MODES[: n % 3]
-        rounds.append({mode: _fresh_process(mode == "on") for mode in order})
+        rounds.append({mode: _fresh_process(mode == "on", route) for mode in order})
     rows = []
     for call in (0, 1):
         ms = {mode: [r[mode][call] for r in rounds] for mode in MODES}
@@ -77,6 +84,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
         spread = [a / b for a, b in zip(ms["off again"], ms["off"], strict=True)]
         rows.append(
             {
+                "route": route,
                 "call": ("first", "second")[call],
                 "on_ms": statistics.median(ms["on"]),
                 "off_ms": statistics.median(ms["off"]),
@@ -92,6 +100,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
 
 
 COLUMNS = [
+    output.Column("route", "route", 5),
     output.Column("call", "call", 6),
     output.Column("on ms", "on_ms", 7, ".1f"),
     output.Column("off ms", "off_ms", 7, ".1f"),
@@ -105,7 +114,7 @@ COLUMNS = [
 def report(rows: list[dict[str, Any]]) -> list[str]:
     output.print_table(COLUMNS, rows)
     return [
-        f"library, {r['call']} call on {MESSAGES:,} real messages as dicts: block cache on/off "
+        f"library, {r['call']} call on {MESSAGES:,} real messages as {r['route']}: block cache on/off "
         f"{r['ratio_median']:.2f}x at the median, {r['ratio_max']:.2f}x at most over {len(r['ratios'])} "
         f"fresh processes {r['ratios']} (off/off in the same rounds: {r['spreads']}); "
         f"target <= {TARGET}x every time: {r['met']}"
@@ -119,6 +128,6 @@ def main(quick: bool = False) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--one"]:
-        print(json.dumps(_calls_here(sys.argv[2] == "on")))
+        print(json.dumps(_calls_here(sys.argv[2] == "on", sys.argv[3])))
     else:
         output.command(main, __doc__, "smoke run: three rounds")
