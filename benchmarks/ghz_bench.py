@@ -63,7 +63,6 @@ METHODS = {
 }
 
 
-@functools.cache
 def sharegpt_blocks() -> Iterator[dict[str, str]]:
     """ShareGPT conversations' messages as blocks after a system prompt, in the dataset's order."""
     yield {"id": "system", "role": "system", "content": "You are a helpful assistant."}
@@ -77,6 +76,7 @@ def sharegpt_blocks() -> Iterator[dict[str, str]]:
                 n += 1
 
 
+@functools.cache
 def blocks_json(kib: int) -> str:
     """`sharegpt_blocks` up to `kib` KiB of JSON."""
     blocks: list[dict[str, str]] = []
