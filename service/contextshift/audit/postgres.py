@@ -136,6 +136,12 @@ _JOINS = re.compile(r"\bJOIN\b")
 
 
 @functools.lru_cache(maxsize=256)
+def _prepare(statement: str) -> bool | None:
+    """psycopg's `prepare` for `statement`: never for a join (`_JOINS`), else its default."""
+    return False if _JOINS.search(statement) else None
+
+
+@functools.lru_cache(maxsize=256)
 def _sql(statement: str) -> str:
     """`?` placeholders as psycopg's `%s` (no statement here contains either otherwise)."""
     return statement.replace("?", "%s")
@@ -210,8 +216,7 @@ class _Tx:
         self.claimed = 0  # bytes claimed since
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
-        prepare = False if _JOINS.search(sql) else None  # see `_JOINS`
-        return self.connection.execute(_sql(sql), params, prepare=prepare).fetchall()
+        return self.connection.execute(_sql(sql), params, prepare=_prepare(sql)).fetchall()
 
     def locked(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.rows(sql + " FOR UPDATE", params)
