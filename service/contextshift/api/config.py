@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from contextshift import audit
+from contextshift.api.config_tables import table_problem
 from contextshift.api.gateway import upstreams as gateway_upstreams
 from contextshift.api.gateway.upstreams import Upstream
 from contextshift.summarizer.llm import url_problem
@@ -481,12 +482,9 @@ def load(
             file_values = tomllib.loads(path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"{path}: {e}") from None
-        known = {s.name for s in SETTINGS} | set(FILE_ONLY)
-        unknown = sorted(set(file_values) - known)
-        if unknown:
-            raise ConfigError(
-                f"{path}: unknown settings {', '.join(unknown)} (known: {', '.join(sorted(known))})"
-            )
+        problem = table_problem(file_values, {s.name for s in SETTINGS} | set(FILE_ONLY), "settings")
+        if problem:
+            raise ConfigError(f"{path}: {problem}")
     values: dict[str, Any] = {}
     for s in SETTINGS:
         if flags.get(s.name) is not None:

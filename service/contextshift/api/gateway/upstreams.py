@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from contextshift.api.config_tables import table_problem
 from contextshift.options import Secret
 
 Format = Literal["openai", "anthropic"]
@@ -100,13 +101,9 @@ def _number(table: Mapping[str, Any], key: str, where: str) -> float | None:
 
 
 def _table(table: Any, where: str) -> Upstream:
-    if not isinstance(table, dict):
-        raise UpstreamConfigError(f"{where}: expected a table")
-    unknown = sorted(set(table) - _KEYS)
-    if unknown:
-        raise UpstreamConfigError(
-            f"{where}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(_KEYS))})"
-        )
+    problem = table_problem(table, _KEYS)
+    if problem:
+        raise UpstreamConfigError(f"{where}: {problem}")
     name, base_url, kind = table.get("name"), table.get("base_url"), table.get("format")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise UpstreamConfigError(f"{where}.name: required, 1-64 letters, digits, '.', '_' or '-'")

@@ -22,6 +22,7 @@ from typing import Any
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api import rules
+from contextshift.api.config_tables import table_problem
 from contextshift.api.service.ids import timestamp
 from contextshift.api.service.rpc_status import invalid
 from contextshift.audit.store import ModelConfig, Role, Store
@@ -129,13 +130,9 @@ def load_file(path: Path) -> list[ModelConfig]:
 
 def _from_table(path: Path, name: str, table: Any) -> ModelConfig:
     where = f'{path}: models."{name}"'
-    if not isinstance(table, dict):
-        raise ModelConfigFileError(f"{where}: expected a table")
-    unknown = sorted(set(table) - _FILE_KEYS)
-    if unknown:
-        raise ModelConfigFileError(
-            f"{where}: unknown keys {', '.join(unknown)} (known: {', '.join(sorted(_FILE_KEYS))})"
-        )
+    problem = table_problem(table, _FILE_KEYS)
+    if problem:
+        raise ModelConfigFileError(f"{where}: {problem}")
     role, profile = table.get("role", ""), table.get("profile", "")
     if role not in {r.value for r in Role} or not isinstance(profile, str):
         raise ModelConfigFileError(f'{where}: role must be "main" or "fast", profile a string')
