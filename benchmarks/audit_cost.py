@@ -15,7 +15,10 @@ store in a temporary directory and the real group writer, at concurrency 1 and 8
   (nothing committed): what is left is the chat's own path (its previous prompt, the writer
   thread's hand-off, the encoding). A decomposition, not a way to run.
 
-The ratios to `shift` say how much of an audited call is the audit, and which part.
+The ratios to `shift` say how much of an audited call is the audit, and which part; each call's CPU
+is also split by thread (`/proc/self/task`): the event loop's (the request, the shift, the reply,
+the hand-off to the writer) and the group writer's (the record: the payload, the chat's blocks and
+their compression; then the transaction).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,7 +45,7 @@ from contextshift.api.service.gate import begin_call_stats  # noqa: E402
 from contextshift.api.service.servicer import ContextShiftService  # noqa: E402
 from contextshift.audit import open_store  # noqa: E402
 from contextshift.audit.store import ShiftRecord, Store  # noqa: E402
-from contextshift.audit.writer import GroupWriter, WriteOutcome  # noqa: E402
+from contextshift.audit.writer import WRITER_THREAD, GroupWriter, WriteOutcome  # noqa: E402
 from contextshift.budget import Budget  # noqa: E402
 
 KIB = 48
@@ -62,6 +66,17 @@ class _WriteAnswered:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
+
+
+def _thread_seconds() -> dict[str, float]:
+    """The CPU seconds (user + system) each of this process's threads has used, by its name."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {}
+    for thread in threading.enumerate():
+        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
+        fields = stat.rpartition(")")[2].split()  # after the command's name, which may hold spaces
+        used[thread.name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return used
 
 
 def _requests(mode: str) -> list[bytes]:
@@ -106,9 +121,9 @@ async def _measure(
         warm = max(WARM_CALLS, -(-len(requests) // concurrency))
         await asyncio.gather(*(caller(warm, k, concurrency) for k in range(concurrency)))
         per_caller = calls // concurrency
-        before, start = os.times(), time.perf_counter()
+        before, threads_before, start = os.times(), _thread_seconds(), time.perf_counter()
         await asyncio.gather(*(caller(per_caller, k * 97) for k in range(concurrency)))
-        after, seconds = os.times(), time.perf_counter() - start
+        after, threads_after, seconds = os.times(), _thread_seconds(), time.perf_counter() - start
         writer.close()
     store.close()
     done = per_caller * concurrency
@@ -120,7 +135,13 @@ async def _measure(
         "calls_per_s": done / seconds,
         "cpu_ms": 1e3 * cpu / done,
         "sys_ms": 1e3 * (after.system - before.system) / done,
+        "loop_ms": 1e3 * _spent(threads_before, threads_after, threading.main_thread().name) / done,
+        "writer_ms": 1e3 * _spent(threads_before, threads_after, WRITER_THREAD) / done,
     }
+
+
+def _spent(before: dict[str, float], after: dict[str, float], thread: str) -> float:
+    return after.get(thread, 0.0) - before.get(thread, 0.0)
 
 
 def run(quick: bool) -> list[dict[str, Any]]:
@@ -144,6 +165,8 @@ COLUMNS = [
     output.Column("calls/s", "calls_per_s", 8, ".0f"),
     output.Column("CPU ms/call", "cpu_ms", 11, ".3f"),
     output.Column("of it system", "sys_ms", 12, ".3f"),
+    output.Column("event loop", "loop_ms", 10, ".3f"),
+    output.Column("writer", "writer_ms", 6, ".3f"),
     output.Column("CPU vs shift", "cpu_vs_shift", 12, ".2f"),
 ]
 

@@ -23,7 +23,7 @@ from contextshift.audit.store import (
     StoreError,
     StoreUnavailable,
 )
-from contextshift.audit.writer import GroupWriter, WriteOutcome
+from contextshift.audit.writer import WRITER_THREAD, GroupWriter, WriteOutcome
 
 
 class HeldStore(SqliteStore):
@@ -148,7 +148,7 @@ def test_a_store_that_cannot_serve_fails_the_group_and_the_writer_goes_on(
 
 
 def writer_threads() -> set[threading.Thread]:
-    return {t for t in threading.enumerate() if t.name == "contextshift-writer"}
+    return {t for t in threading.enumerate() if t.name == WRITER_THREAD}
 
 
 def test_close_stores_what_is_queued_then_stops(store: HeldStore, tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ log = logging.getLogger("contextshift.store")
 
 # Records one transaction takes at most (the calls a process has in flight are bounded anyway).
 MAX_GROUP = 256
+# The writer thread's name (benchmarks/audit_cost.py reads its CPU by it).
+WRITER_THREAD = "contextshift-writer"
 # None: the record is stored; else why not (a StoreError, or what making the record raised).
 WriteOutcome = Exception | None
 
@@ -61,7 +63,7 @@ class GroupWriter:
     def _start(self) -> None:
         with self._lock:
             if not _started_here(self._thread):
-                thread = threading.Thread(target=self._run, name="contextshift-writer", daemon=True)
+                thread = threading.Thread(target=self._run, name=WRITER_THREAD, daemon=True)
                 thread.start()
                 self._thread = (os.getpid(), thread)
 
