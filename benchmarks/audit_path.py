@@ -52,7 +52,7 @@ from contextshift.api.service.gate import begin_call_stats  # noqa: E402
 from contextshift.api.service.servicer import ContextShiftService  # noqa: E402
 from contextshift.audit.sqlite import SqliteStore  # noqa: E402
 from contextshift.budget import Budget  # noqa: E402
-from tests.integration.conftest import start_server  # noqa: E402
+from tests.integration.conftest import ServerProcess, start_server  # noqa: E402
 from tests.postgres_cluster import running_cluster  # noqa: E402
 
 KIB = 48
@@ -65,32 +65,53 @@ LONG_CHAT_BYTES = 63 * 1024
 
 def serving(quick: bool) -> list[dict[str, Any]]:
     rounds, seconds = (2, 1.0) if quick else (6, 3.0)
-    text = blocks_json(KIB)
     rows = []
     with tempfile.TemporaryDirectory() as tmp_name, running_cluster() as cluster:
         tmp = Path(tmp_name)
-        data = {"shift": tmp / "shift.bin"}
-        data["shift"].write_bytes(pb.ShiftContextRequest(blocks_json=text).SerializeToString())
-        for rpc, n in CHATS.items():
-            data[rpc] = tmp / f"{rpc}.bin"
-            data[rpc].write_bytes(chats_data(pb.ShiftContextRequest(blocks_json=text), n, f"{rpc}-chat"))
+        data = serving_data(tmp)
         for backend, url in (("sqlite", f"sqlite:///{tmp}/audit.db"), ("postgresql", cluster.new_database())):
-            server = start_server(tmp, "--workers", "1", store=url)
-            try:
-                server.wait_serving(1)
-                call = "shift"
-                for rpc in RPCS:  # every chat once: a cold chat's audit is there to be read
-                    ghz(server.address, call, data[rpc], CONCURRENCY, "--total", str(CHATS.get(rpc, 100)))
+            with serving_worker(tmp, url, data) as server:
                 for r in range(rounds):
-                    for rpc in RPCS:
-                        report = ghz(
-                            server.address, call, data[rpc], CONCURRENCY, "--duration", f"{seconds}s"
-                        )
-                        slices = Slices([])
-                        slices.add(report)
-                        rows.append({"store": backend, "round": r, "rpc": rpc} | measured_row(slices))
-            finally:
-                server.terminate()
+                    rows += [{"store": backend, "round": r} | row for row in slices(server, data, seconds)]
+    return rows
+
+
+def serving_data(tmp: Path) -> dict[str, Path]:
+    """ghz's data file of each of `RPCS`: the same 48 KiB of text, with a chat id for `warm` and
+    `cold` (their chats in turn)."""
+    shift = pb.ShiftContextRequest(blocks_json=blocks_json(KIB))
+    data = {"shift": tmp / "shift.bin"}
+    data["shift"].write_bytes(shift.SerializeToString())
+    for rpc, n in CHATS.items():
+        data[rpc] = tmp / f"{rpc}.bin"
+        data[rpc].write_bytes(chats_data(shift, n, f"{rpc}-chat"))
+    return data
+
+
+@contextmanager
+def serving_worker(tmp: Path, url: str, data: dict[str, Path]) -> Iterator[ServerProcess]:
+    """The real server, one worker over the store at `url`, each of its chats shifted once (a cold
+    chat's audit is there to be read)."""
+    server = start_server(tmp, "--workers", "1", store=url)
+    try:
+        server.wait_serving(1)
+        for rpc in RPCS:
+            ghz(server.address, "shift", data[rpc], CONCURRENCY, "--total", str(CHATS.get(rpc, 100)))
+        yield server
+    finally:
+        server.terminate()
+
+
+def slices(
+    server: ServerProcess, data: dict[str, Path], seconds: float, rpcs: tuple[str, ...] = RPCS
+) -> list[dict[str, Any]]:
+    """A slice of ghz of each of `rpcs` in turn: its calls/s and latencies."""
+    rows = []
+    for rpc in rpcs:
+        report = ghz(server.address, "shift", data[rpc], CONCURRENCY, "--duration", f"{seconds}s")
+        measured = Slices([])
+        measured.add(report)
+        rows.append({"rpc": rpc} | measured_row(measured))
     return rows
 
 
