@@ -3,7 +3,7 @@
 A diagnosis for issue 36 (the audited call's share of the unaudited calls/s): audit_path's serving
 run over SQLite (the real server, one worker, ghz at concurrency 8, 48 KiB of ShareGPT text as
 `shift`, `warm` and `cold`), with every thread of the server's processes moved between slices
-(`taskset -a -p`) onto one core or back onto both, the order turning each round, so the two meet
+(`os.sched_setaffinity` on each of them) onto one core or back onto both, the order turning each round, so the two meet
 the same machine. ghz runs wherever the kernel puts it. Beside each slice's calls/s and p50: the CPU
 the server's threads used per call, and how often per call they blocked (voluntary context
 switches: a wait for the GIL, a lock, the network), from `/proc/<pid>/task/*`.
@@ -17,9 +17,9 @@ fewer blocks per call, those hand-offs cost more than the second core gives.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,34 +31,35 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.audit_path import RPCS, serving_data, serving_worker, slices  # noqa: E402
 from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
 
-ONE, BOTH = "0", "0,1"
+ONE, BOTH = {0}, {0, 1}
 MEDIANS = ("calls_per_s", "p50_ms", "cpu_ms", "blocks")
 
 
-def _processes(pid: int) -> list[str]:
-    """The server's process `pid` and its children (its workers)."""
-    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
-    return [str(pid), *children]
+def _threads(pid: int) -> list[Path]:
+    """The /proc entries of every thread of the server's process `pid` and of its children (its
+    workers)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [task for process in [str(pid), *children] for task in Path(f"/proc/{process}/task").iterdir()]
 
 
-def _pin(pid: int, cpus: str) -> None:
-    """Every thread of the server `pid` onto `cpus` (a taskset list)."""
-    for process in _processes(pid):
-        subprocess.run(["taskset", "-a", "-p", "-c", cpus, process], capture_output=True, check=True)
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of the server `pid` onto `cpus`."""
+    for task in _threads(pid):
+        with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(int(task.name), cpus)
 
 
 def _used(pid: int) -> tuple[float, int]:
     """The CPU seconds the server's threads have used, and how many times they blocked."""
     tick, seconds, blocked = os.sysconf("SC_CLK_TCK"), 0.0, 0
-    for process in _processes(pid):
-        for task in Path(f"/proc/{process}/task").iterdir():
-            try:
-                fields = (task / "stat").read_text().rpartition(")")[2].split()
-                status = (task / "status").read_text()
-            except FileNotFoundError:  # a thread that ended meanwhile
-                continue
-            seconds += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            blocked += int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+    for task in _threads(pid):
+        try:
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+            status = (task / "status").read_text()
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+        seconds += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        blocked += int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
     return seconds, blocked
 
 
@@ -77,7 +78,7 @@ def run(quick: bool) -> list[dict[str, Any]]:
                         (row,) = slices(server, data, seconds, (rpc,))
                         cpu_after, blocked_after = _used(server.proc.pid)
                         rows.append(
-                            {"cores": len(cpus.split(",")), "round": r}
+                            {"cores": len(cpus), "round": r}
                             | row
                             | {
                                 "cpu_ms": 1e3 * (cpu_after - cpu) / row["calls"],

@@ -15,7 +15,8 @@ re-shifts and calls/s), the audited path on warm and cold chats and what a chat'
 (benchmarks/audit_path.py: ghz against the unaudited call; the write-ahead log's bytes per turn), the
 gateway in front of a fake provider vs the provider called directly (benchmarks/gateway_bench.py,
 wrk: the first byte's added time, streamed events/s, a 135k-token agent's request fitted), where an audited
-call's CPU goes (benchmarks/audit_cost.py: the servicer in process), the bytes one audit of a 48 KiB chat takes in
+call's CPU goes (benchmarks/audit_cost.py: the servicer in process, by thread), the audited path with the
+server on one core against both (benchmarks/audit_cores.py: calls/s, CPU and blocks per call), the bytes one audit of a 48 KiB chat takes in
 the store (benchmarks/store_bytes.py) and the server's memory (benchmarks/memory_bench.py:
 RSS with every profile loaded and over 100,000 requests past the count cache's bound).
 
@@ -56,6 +57,7 @@ sys.path.insert(0, str(ROOT))  # for tests.reference and benchmarks.conversation
 import contextshift  # noqa: E402
 from benchmarks import (  # noqa: E402
     audit_bench,
+    audit_cores,
     audit_cost,
     audit_path,
     balancer_bench,
@@ -355,6 +357,8 @@ def main() -> int:
     audit_path.main(args.quick)  # audited calls on warm and cold chats; what a next turn writes
     print()
     audit_cost.main(args.quick)  # where an audited call's CPU goes (in process, no gRPC)
+    print()
+    audit_cores.main(args.quick)  # the audited path with the server on one core against both
     print()
     store_bytes.main(args.quick)  # what one audit of a 48 KiB chat takes in the store
     print()
