@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.audit_path import RPCS, serving_data, serving_worker, slices  # noqa: E402
 from benchmarks.output import Column, command, print_table, run_and_publish  # noqa: E402
+from benchmarks.proc_threads import blocks, cpu_seconds  # noqa: E402
 
 ONE, BOTH = {0}, {0, 1}
 MEDIANS = ("calls_per_s", "p50_ms", "cpu_ms", "blocks")
@@ -51,15 +52,10 @@ def _pin(pid: int, cpus: set[int]) -> None:
 
 def _used(pid: int) -> tuple[float, int]:
     """The CPU seconds the server's threads have used, and how many times they blocked."""
-    tick, seconds, blocked = os.sysconf("SC_CLK_TCK"), 0.0, 0
+    seconds, blocked = 0.0, 0
     for task in _threads(pid):
-        try:
-            fields = (task / "stat").read_text().rpartition(")")[2].split()
-            status = (task / "status").read_text()
-        except FileNotFoundError:  # a thread that ended meanwhile
-            continue
-        seconds += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-        blocked += int(status.split("\nvoluntary_ctxt_switches:")[1].split()[0])
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            seconds, blocked = seconds + cpu_seconds(task), blocked + blocks(task)
     return seconds, blocked
 
 

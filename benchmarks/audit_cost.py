@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import ghz_bench, output  # noqa: E402
+from benchmarks.proc_threads import cpu_seconds  # noqa: E402
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb  # noqa: E402
 from contextshift.api import metrics  # noqa: E402
 from contextshift.api.config import ServerConfig  # noqa: E402
@@ -70,13 +71,7 @@ class _WriteAnswered:
 
 def _thread_seconds() -> dict[str, float]:
     """The CPU seconds (user + system) each of this process's threads has used, by its name."""
-    tick = os.sysconf("SC_CLK_TCK")
-    used = {}
-    for thread in threading.enumerate():
-        stat = Path(f"/proc/self/task/{thread.native_id}/stat").read_text()
-        fields = stat.rpartition(")")[2].split()  # after the command's name, which may hold spaces
-        used[thread.name] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-    return used
+    return {t.name: cpu_seconds(Path(f"/proc/self/task/{t.native_id}")) for t in threading.enumerate()}
 
 
 def _requests(mode: str) -> list[bytes]:
