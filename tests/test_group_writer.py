@@ -6,16 +6,19 @@ in its first write by the test so that the next records queue behind it."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import queue
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from test_store import generation
 
+from contextshift.api.service.placement import Placement
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import (
     GenerationIdInUse,
@@ -108,6 +111,48 @@ def test_records_queued_during_a_commit_go_together_and_each_call_is_told_after_
     assert set(calls.told.values()) == {None}
     assert all(calls.readable.values())  # told only once committed
     writer.close()
+
+
+class CountedWriter(GroupWriter):
+    """A group writer that counts the records handed to it."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        super().__init__(store)
+        self.handed = 0
+
+    def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
+        self.handed += 1
+        super().write(make, done)
+
+
+def test_records_written_in_one_pass_of_the_event_loop_reach_the_writer_together(store: HeldStore) -> None:
+    """`Placement.write` on the loop hands the pass's records over when the pass ends (the writer
+    thread then wakes once for them); from a thread, at once."""
+    writer = CountedWriter(store)
+    with ThreadPoolExecutor(1) as executor:
+        placement = Placement(executor, None, 0, writer)
+
+        async def scenario() -> None:
+            loop = asyncio.get_running_loop()
+            done = [loop.create_future() for _ in range(3)]
+            for i, future in enumerate(done):
+                placement.write(lambda i=i: record(f"c{i}"), lambda outcome, i=i: (i, outcome), future)
+            assert writer.handed == 0  # still in the pass that wrote them
+            await asyncio.sleep(0)
+            assert writer.handed == 3
+            assert await asyncio.gather(*done) == [(0, None), (1, None), (2, None)]
+            from_thread: asyncio.Future[tuple[int, WriteOutcome]] = loop.create_future()
+
+            def on_thread() -> None:
+                placement.write(lambda: record("t"), lambda outcome: (3, outcome), from_thread)
+                assert writer.handed == 4
+
+            await loop.run_in_executor(executor, on_thread)
+            assert await from_thread == (3, None)
+
+        asyncio.run(scenario())
+    writer.close()
+    assert all(store.audit("", chat) is not None for chat in ("c0", "c1", "c2", "t"))
 
 
 def test_one_records_failure_is_its_own(store: HeldStore, tmp_path: Path) -> None:

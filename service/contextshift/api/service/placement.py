@@ -14,9 +14,11 @@ watched. Two exceptions:
   to its time limit) never runs on the loop, and runs on the I/O threads, not the engine threads.
 
 A record to store (a shift's generation and audit) goes to the process's group writer
-(`audit.writer`), from the loop or a thread; the call's future is settled from the writer thread
-once the record's group is committed, and the futures settled since the loop last woke are
-settled in one wake-up.
+(`audit.writer`): from a thread at once, from the loop at the end of the loop's pass, with every
+record the pass made, so the writer thread wakes once for them, not once for each (each wake-up
+takes the GIL from the loop in the middle of its work, and hands it back). The call's future is
+settled from the writer thread once the record's group is committed, and the futures settled
+since the loop last woke are settled in one wake-up.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ class Placement:
         self._inline_request_bytes = inline_request_bytes
         self._writer = writer
         self._served: set[tuple[str, str]] = set()
+        # Records handed over on an event loop during its current pass (see `write`).
+        self._passing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Handed]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _small(self, work: Work) -> bool:
         return work.inline_bytes is not None and work.inline_bytes <= self._inline_request_bytes
@@ -144,9 +150,10 @@ class Placement:
         written: Callable[[WriteOutcome], T],
         done: asyncio.Future[T],
     ) -> None:
-        """Hands a record to the group writer, from the loop or a thread: `make()` runs on the
-        writer thread (None: its call gave up, nothing is stored and `done` is left alone), and
-        `done` gets `written(outcome)` once the record's group is committed, or why not."""
+        """Hands a record to the group writer, from the loop (with the pass's others, when the
+        pass ends) or a thread (at once): `make()` runs on the writer thread (None: its call gave
+        up, nothing is stored and `done` is left alone), and `done` gets `written(outcome)` once
+        the record's group is committed, or why not."""
 
         def stored(outcome: WriteOutcome) -> None:
             try:
@@ -154,13 +161,30 @@ class Placement:
             except BaseException as e:
                 settle_soon(done, error=e)
 
-        self._writer.write(make, stored)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # on a thread
+            self._writer.write(make, stored)
+            return
+        passing = self._passing.get(loop)
+        if passing is None:  # the pass's first: handed over after the callbacks already due
+            passing = self._passing[loop] = []
+            loop.call_soon(self._hand_over, loop)
+        passing.append((make, stored))
+
+    def _hand_over(self, loop: asyncio.AbstractEventLoop) -> None:
+        for make, stored in self._passing.pop(loop, ()):
+            self._writer.write(make, stored)
 
     def submit(self, fn: Callable[[], object]) -> None:
         """`fn()` on an engine thread, unawaited (after a call ended); nothing once the server
         stopped."""
         with contextlib.suppress(RuntimeError):
             self.executor.submit(fn)
+
+
+# A record handed to `Placement.write` on an event loop: how to make it, and whom to tell.
+_Handed = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
 
 
 class _Wakeups:
