@@ -1,15 +1,16 @@
 """Where the servicer runs the engine: a small request on the event loop once its process has
 served its profile and the model reads it needs are in the process's cache (a chat's last prompt
 too); a first use (which may load a vocabulary), a large request, a request whose model was not
-read lately, a chat this process does not hold (which reads it) and a chat's stored history on the
-engine threads. In process, with an executor that counts what it is handed."""
+read lately, a chat this process does not hold where the store cannot read it at once (PostgreSQL;
+SQLite reads it on the loop) and a chat's stored history on the engine threads. In process, with an executor that counts what it is handed."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
+from contextshift.audit.sql import Row, SqlStore
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.budget import Budget
 from contextshift.errors import InvalidOptions
@@ -77,18 +79,44 @@ def test_small_requests_run_inline_once_their_profile_was_served(
         assert await handed(blocks_json=small, profile="heuristic") == 4
         # A model not read lately: to a thread even when its profile was served.
         assert await handed(blocks_json=small, model="gpt-4o-2024-08-06") == 5
-        # A chat is read from the store (its last prompt) on a thread; then this process holds it.
-        assert await handed(blocks_json=small, chat_id="c") == 6
-        assert await handed(blocks_json=small, chat_id="c") == 6
+        # A chat this process does not hold: its last prompt is read from SQLite on the loop (the
+        # read cannot wait); then this process holds it.
+        assert await handed(blocks_json=small, chat_id="c") == 5
+        assert await handed(blocks_json=small, chat_id="c") == 5
         # Its stored history is read on a thread, always.
+        assert await handed(blocks_json=small, chat_id="c", use_stored_history=True) == 6
         assert await handed(blocks_json=small, chat_id="c", use_stored_history=True) == 7
-        assert await handed(blocks_json=small, chat_id="c", use_stored_history=True) == 8
-        for expected in (9, 10):  # a profile that may not load goes to a thread every time
+        for expected in (8, 9):  # a profile that may not load goes to a thread every time
             with pytest.raises(InvalidOptions):
                 await handed(blocks_json=small, profile="hf:/nonexistent/tokenizer.json")
             assert executor.handed == expected
 
     asyncio.run(scenario())
+
+
+class RoundTripStore(SqliteStore):
+    """A SQLite store that reads nothing at once, as PostgreSQL (whose reads are round trips)."""
+
+    def _read_at_once(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        return SqlStore._read_at_once(self, sql, params)
+
+
+def test_a_chat_not_held_is_read_on_a_thread_where_the_store_cannot_read_at_once(
+    executor: CountingExecutor, tmp_path: Path
+) -> None:
+    store = RoundTripStore(tmp_path / "store.db")
+    store.migrate()
+    servicer = ContextShiftService(executor, Budget(), store, inline_request_bytes=INLINE_BYTES)
+
+    async def scenario() -> None:
+        for chat_id, expected in (("", 1), ("", 1), ("c", 2), ("c", 2), ("d", 3)):
+            begin_call_stats()
+            request = pb.ShiftContextRequest(blocks_json=blocks_json(100), chat_id=chat_id)
+            await servicer.ShiftContext(request.SerializeToString())
+            assert executor.handed == expected
+
+    asyncio.run(scenario())
+    store.close()
 
 
 def test_inline_off_runs_everything_on_the_engine_threads(

@@ -44,6 +44,7 @@ from contextshift.audit.store import (
     StoreConfigError,
     StoredAudit,
     StoreUnavailable,
+    WouldWait,
     audit_key,
     now_ms,
 )
@@ -127,6 +128,41 @@ def test_audit_lifecycle_and_status_transitions(store: Store) -> None:
     assert caught.value.status is Status.FAILED
     stored = store.audit("", "c1")
     assert stored is not None and stored.generation == done.generation
+
+
+def test_a_chats_audit_is_read_at_once_only_where_the_read_cannot_wait(store: Store) -> None:
+    """`audit_at_once` (the event loop's read of a cold chat): SQLite reads what `audit` reads;
+    PostgreSQL, whose every read is a round trip, never reads at once."""
+    store.record_shift("", generation("g1"), b"audit-1")
+    if store.dialect == "postgresql":
+        with pytest.raises(WouldWait):
+            store.audit_at_once("", "c1")
+        return
+    assert store.audit_at_once("", "c1") == store.audit("", "c1")
+    assert store.audit_at_once("", "none") is None
+
+
+def test_sqlite_does_not_wait_to_read_at_once_while_its_file_is_busy(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    writer = SqliteStore(path)
+    writer.migrate()
+    writer.record_shift("", generation("g1"), b"audit-1")
+    writer.close()  # its connections would keep the holder below from locking the file
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA locking_mode = EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")  # no other connection may read the file
+    reader = SqliteStore(path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WouldWait):
+            reader.audit_at_once("", "c1")
+        assert time.monotonic() - started < 1  # its busy timeout is 5 s: it did not wait
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    stored = reader.audit_at_once("", "c1")
+    assert stored is not None and stored.payload == b"audit-1"
+    reader.close()
 
 
 def test_a_newer_shift_replaces_the_audit_and_the_old_generation_is_stale(store: Store) -> None:

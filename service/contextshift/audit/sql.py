@@ -43,6 +43,7 @@ from contextshift.audit.store import (
     StoreFull,
     StoreUnavailable,
     Usage,
+    WouldWait,
     audit_key,
     now_ms,
 )
@@ -599,6 +600,14 @@ class SqlStore(ABC):
         return updated
 
     # --- audits and chats -------------------------------------------------------------------
+
+    def audit_at_once(self, tenant: str, chat_id: str) -> StoredAudit | None:
+        return _stored_audit(self._read_at_once(_AUDIT, (tenant, chat_id)))
+
+    def _read_at_once(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        """The rows of a read that cannot wait (see `Store.audit_at_once`), else WouldWait: a
+        store whose reads are round trips never reads at once."""
+        raise WouldWait(f"{self.dialect}: every read is a round trip")
 
     def audit(self, tenant: str, chat_id: str, *, with_blocks: bool = False) -> StoredAudit | None:
         if not with_blocks:

@@ -52,6 +52,7 @@ from contextshift.audit.store import (
     StoreConfigError,
     StoreFull,
     StoreUnavailable,
+    WouldWait,
 )
 
 T = TypeVar("T")
@@ -163,13 +164,15 @@ class SqliteStore(SqlStore):
     def description(self) -> str:
         return f"sqlite {self.path} (synchronous={self._synchronous})"
 
-    def _connection(self) -> sqlite3.Connection:
-        """This thread's connection for reads."""
-        mine: tuple[int, sqlite3.Connection] | None = getattr(self._local, "connection", None)
+    def _connection(self, *, at_once: bool = False) -> sqlite3.Connection:
+        """This thread's connection for reads; `at_once`: its connection for reads that never
+        wait (no busy timeout)."""
+        kind = "at_once" if at_once else "connection"
+        mine: tuple[int, sqlite3.Connection] | None = getattr(self._local, kind, None)
         if mine is not None and mine[0] == os.getpid():
             return mine[1]
-        connection = self._open()
-        self._local.connection = (os.getpid(), connection)
+        connection = self._open(0 if at_once else None)
+        setattr(self._local, kind, (os.getpid(), connection))
         return connection
 
     def _write_connection(self) -> tuple[threading.Lock, sqlite3.Connection]:
@@ -179,13 +182,16 @@ class SqliteStore(SqlStore):
                 self._writer = (os.getpid(), threading.Lock(), self._open())
             return self._writer[1], self._writer[2]
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self, busy_timeout_ms: int | None = None) -> sqlite3.Connection:
+        """A new connection, which waits up to `busy_timeout_ms` (the store's own unless given)
+        for a busy file."""
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
             # Autocommit: every transaction is begun explicitly. One thread at a time uses it;
             # `close` closes it from another, after every user stopped.
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            connection.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            busy_timeout = self._busy_timeout_ms if busy_timeout_ms is None else busy_timeout_ms
+            connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
             connection.execute("PRAGMA journal_mode = WAL")
             connection.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
             connection.execute("PRAGMA foreign_keys = ON")
@@ -222,6 +228,14 @@ class SqliteStore(SqlStore):
         connection = self._connection()
         with self._errors(limit=limit), _interrupted(connection, limit):
             return _Tx(connection).rows(sql, params)
+
+    def _read_at_once(self, sql: str, params: Sequence[Any]) -> list[Row]:
+        # Autocommit, like `_query`, without its deadline: with no busy timeout the read does not
+        # wait for the file, and a failure is the caller's usual read's to report.
+        try:
+            return _Tx(self._connection(at_once=True)).rows(sql, params)
+        except (sqlite3.Error, StoreUnavailable) as e:
+            raise WouldWait(f"{self.description}: {e}") from e
 
     def ping(self) -> None:
         self._query("PRAGMA schema_version", ())  # reads the database's header: the file answers

@@ -202,6 +202,12 @@ class StoreError(Exception):
     """Base of the store's errors."""
 
 
+class WouldWait(Exception):
+    """A read asked of the store at once (`Store.audit_at_once`) that would have to wait: every
+    read of the store does (PostgreSQL: a round trip), or this one would (SQLite: the file busy).
+    Not an error: the caller reads as usual, off the event loop."""
+
+
 class StoreUnavailable(StoreError):
     """The store cannot be reached, or stayed locked past its timeout: nothing was written."""
 
@@ -363,6 +369,15 @@ class Store(Protocol):
     # Audits and chats.
     def audit(self, tenant: str, chat_id: str, *, with_blocks: bool = False) -> StoredAudit | None:
         """The chat's last audit; with its blocks (read with it, as of one moment) when asked."""
+        ...
+
+    def audit_at_once(self, tenant: str, chat_id: str) -> StoredAudit | None:
+        """The chat's last audit (without its blocks), read only if that cannot wait: SQLite reads
+        a few pages of a local file, and in WAL mode a reader never waits for a writer, so the
+        event loop may read it (a cold chat's shift then stays on the loop, where a thread hop
+        would cost more than the read). WouldWait when the read would wait: always for
+        PostgreSQL; for SQLite, when the file is busy (a checkpoint truncating the WAL, a
+        recovery) or the read fails (the caller's usual read then says why)."""
         ...
 
     def chats(self, tenant: str, limit: int, after: ChatCursor | None = None) -> list[ChatSummary]:

@@ -136,8 +136,12 @@ def decode(stored: StoredAudit) -> pb.ContextAudit:
 
 
 def previous_prompt(stored: StoredAudit) -> PreviousPrompt:
-    """The prompt a stored audit records, as the `previous` of the chat's next shift."""
+    """The prompt a stored audit records, as the `previous` of the chat's next shift: the empty
+    one when it left nothing out, since a next shift carries only what its previous prompt left
+    out (`cache_stable.carried`), as a prompt this process kept after writing it."""
     audit = pb.ContextAudit.FromString(lz4.frame.decompress(stored.payload))
+    if all(b.kept for b in audit.blocks):
+        return PreviousPrompt()
     summary = audit.plan.summary.id if audit.plan.HasField("summary") else None
     return PreviousPrompt(
         kept=[(b.id, b.tokens) for b in audit.blocks if b.kept and b.id != summary],

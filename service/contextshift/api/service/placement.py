@@ -6,10 +6,11 @@ watched. Two exceptions:
 
 - A small request (at most `inline_request_bytes`) runs on the event loop, to completion, once
   this process has served its `(profile, model)` and holds in memory what it reads of the store
-  (a model's configuration and calibration, a chat's last prompt): its engine work costs less than
-  the hop to a thread, where the engine thread and the loop would hand the GIL to each other at
-  every release. A first use stays off the loop (it may load a vocabulary or a tokenizer.json),
-  and so does a read the process does not hold (`CacheMiss` sends the work to a thread).
+  (a model's configuration and calibration, a chat's last prompt), or the store can read it
+  without waiting (a chat's last audit from SQLite, `Store.audit_at_once`): its engine work costs
+  less than the hop to a thread, where the engine thread and the loop would hand the GIL to each
+  other at every release. A first use stays off the loop (it may load a vocabulary or a
+  tokenizer.json), and so does a read that may wait (`CacheMiss` sends the work to a thread).
 - A shift whose strategy waits (llm-compact on its endpoint, a plugin strategy or interceptor up
   to its time limit) never runs on the loop, and runs on the I/O threads, not the engine threads.
 

@@ -21,6 +21,7 @@ from contextshift.audit.store import (
     Store,
     StoredAudit,
     StoreUnavailable,
+    WouldWait,
     audit_key,
 )
 from contextshift.cache_stable import PreviousPrompt
@@ -91,9 +92,9 @@ class Caches:
 
 class TenantStore:
     """The store as one tenant's shifts read it (a `StoreView`), timing the reads. Model
-    configurations and calibrations go through the process's `Caches`; with `cached_only`, a read
-    the cache does not hold raises `CacheMiss` instead of touching the store (a shift on the event
-    loop)."""
+    configurations and calibrations go through the process's `Caches`; with `cached_only` (a shift
+    on the event loop), a read the cache does not hold raises `CacheMiss` instead of touching the
+    store, unless the store makes it without waiting (a chat's last audit from SQLite)."""
 
     def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
         self.store = store
@@ -103,7 +104,8 @@ class TenantStore:
         self.read_seconds = 0.0
 
     def cached(self) -> TenantStore:
-        """This view for a shift on the event loop: the cache only, never the store."""
+        """This view for a shift on the event loop: the cache, and only the store's reads that
+        cannot wait."""
         return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
 
     def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
@@ -153,9 +155,13 @@ class TenantStore:
         if kept is not None:
             metrics.record_chat_prompt("warm")
             return cast(LastPrompt, kept)
-        if self.cached_only:
-            raise CacheMiss(chat_id)
-        stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
+        if self.cached_only:  # on the event loop: read only if the store need not wait
+            try:
+                stored = self._timed(lambda: self.store.audit_at_once(self.tenant, chat_id))
+            except WouldWait:
+                raise CacheMiss(chat_id) from None
+        else:
+            stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
         metrics.record_chat_prompt("cold" if stored else "new")
         return self.prompt_of(chat_id, stored)
 
