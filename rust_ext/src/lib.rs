@@ -28,7 +28,7 @@ use crate::counting::{
     describe_profile, profiles, PyCounts, PyProfileDescription,
 };
 use crate::decisions::{PyBlockDecision, PyPlan};
-use crate::wire::{encode_pieces, split_message_field};
+use crate::wire::{encode_pieces, read_previous_prompt, split_message_field};
 use contextshift_core::Reason;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -52,6 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(count_texts_uncached, m)?)?;
     m.add_function(wrap_pyfunction!(split_message_field, m)?)?;
     m.add_function(wrap_pyfunction!(encode_pieces, m)?)?;
+    m.add_function(wrap_pyfunction!(read_previous_prompt, m)?)?;
     m.add_class::<PyProfileDescription>()?;
     m.add_function(wrap_pyfunction!(profiles, m)?)?;
     m.add_function(wrap_pyfunction!(describe_profile, m)?)?;

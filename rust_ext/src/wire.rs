@@ -1,7 +1,8 @@
-//! Protobuf wire helpers for the servicer: one field split off a message, and a reply encoded from
-//! pieces in one copy.
+//! Protobuf wire helpers for the servicer: one field split off a message, a reply encoded from
+//! pieces in one copy, and a stored audit's prompt read back.
 
 use crate::boundary::{guarded, InternalError};
+use contextshift_core::audit_blocks::{self, AuditFields};
 use contextshift_core::wire;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -19,6 +20,24 @@ pub(crate) fn split_message_field<'py>(
     guarded(|| {
         let split = wire::split_field(message, field_number).map_err(|e| PyValueError::new_err(e.to_string()))?;
         Ok((PyBytes::new(py, &split.rest), split.value.map(|value| PyBytes::new(py, value))))
+    })
+}
+
+/// What a chat's prompt was, from its encoded ContextAudit (`blocks_field`: the decisions' field
+/// number; `summary_id`: the field numbers down to the summary's id): the blocks it kept in order
+/// (id, tokens; the summary left out) and those it left out (id, reason), or None when it left
+/// nothing out. ValueError, naming the byte offset, when the audit cannot be read.
+#[allow(clippy::type_complexity)]
+#[pyfunction]
+pub(crate) fn read_previous_prompt(
+    audit: &[u8],
+    blocks_field: u32,
+    summary_id: Vec<u32>,
+) -> PyResult<Option<(Vec<(String, i64)>, Vec<(String, String)>)>> {
+    guarded(|| {
+        let at = AuditFields { blocks: blocks_field, summary_id: &summary_id };
+        let prompt = audit_blocks::previous_prompt(audit, &at).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(prompt.map(|p| (p.kept, p.excluded)))
     })
 }
 

@@ -4,6 +4,7 @@
 //!
 //! The exact behaviour is specified in `docs/semantics.md`.
 
+pub mod audit_blocks;
 pub mod block;
 pub mod block_cache;
 #[cfg(feature = "counting")]

@@ -1,9 +1,11 @@
 //! The protobuf wire format, as far as the gRPC layer needs it in Rust: writing varint and
-//! length-delimited fields, and taking one length-delimited field out of an encoded message (so
-//! a large `blocks_json` goes to the JSON parser as bytes, never through a Python `str`).
+//! length-delimited fields, walking an encoded message's fields, and taking one length-delimited
+//! field out of it (so a large `blocks_json` goes to the JSON parser as bytes, never through a
+//! Python `str`).
 
 use std::fmt;
 use std::io::{self, Write};
+use std::ops::Range;
 
 fn put_varint_raw(out: &mut Vec<u8>, mut value: u64) {
     while value >= 0x80 {
@@ -102,6 +104,65 @@ fn read_varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
     None // more than ten bytes
 }
 
+/// One field of an encoded message: its number, its value, and where it lies (key included).
+pub struct Field<'a> {
+    pub number: u32,
+    pub value: Value<'a>,
+    pub span: Range<usize>,
+}
+
+/// A field's value by its wire type (fixed-width fields are not read: this API uses none).
+pub enum Value<'a> {
+    Varint(u64),
+    Fixed,
+    Bytes(&'a [u8]),
+}
+
+/// The fields of an encoded message in order, each checked for framing; the first broken one
+/// ends the walk with its error.
+pub fn fields(message: &[u8]) -> impl Iterator<Item = Result<Field<'_>, WireError>> + '_ {
+    let mut pos = 0;
+    let mut broken = false;
+    std::iter::from_fn(move || {
+        if broken || pos >= message.len() {
+            return None;
+        }
+        let field = next_field(message, &mut pos);
+        broken = field.is_err();
+        Some(field)
+    })
+}
+
+fn next_field<'a>(message: &'a [u8], pos: &mut usize) -> Result<Field<'a>, WireError> {
+    let start = *pos;
+    let error = |reason| WireError { offset: start, reason };
+    let key = read_varint(message, pos).ok_or(error("malformed field key"))?;
+    let (number, wire_type) = (key >> 3, key & 7);
+    if number == 0 {
+        return Err(error("field number 0"));
+    }
+    let number = u32::try_from(number).map_err(|_| error("field number too large"))?;
+    let value = match wire_type {
+        0 => Value::Varint(read_varint(message, pos).ok_or(error("malformed varint"))?),
+        1 | 5 => {
+            *pos += if wire_type == 1 { 8 } else { 4 };
+            Value::Fixed
+        }
+        2 => {
+            let len = read_varint(message, pos).ok_or(error("malformed length"))?;
+            let end = usize::try_from(len).ok().and_then(|len| pos.checked_add(len)).unwrap_or(usize::MAX);
+            let payload = message.get(*pos..end).ok_or(error("field runs past the end of the message"))?;
+            *pos = end;
+            Value::Bytes(payload)
+        }
+        _ => return Err(error("unsupported wire type (groups are not used by this API)")),
+    };
+    if *pos > message.len() {
+        return Err(error("field runs past the end of the message"));
+    }
+    Ok(Field { number, value, span: start..*pos })
+}
+
 /// An encoded message split around one of its length-delimited fields.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Split<'a> {
@@ -116,39 +177,11 @@ pub struct Split<'a> {
 pub fn split_field(message: &[u8], field: u32) -> Result<Split<'_>, WireError> {
     let mut rest = Vec::with_capacity(message.len().min(4096));
     let mut value = None;
-    let mut pos = 0;
-    while pos < message.len() {
-        let start = pos;
-        let error = |reason| WireError { offset: start, reason };
-        let key = read_varint(message, &mut pos).ok_or(error("malformed field key"))?;
-        let (number, wire_type) = (key >> 3, key & 7);
-        if number == 0 {
-            return Err(error("field number 0"));
-        }
-        let payload_start;
-        match wire_type {
-            0 => {
-                read_varint(message, &mut pos).ok_or(error("malformed varint"))?;
-                payload_start = pos;
-            }
-            1 | 5 => {
-                pos += if wire_type == 1 { 8 } else { 4 };
-                payload_start = pos;
-            }
-            2 => {
-                let len = read_varint(message, &mut pos).ok_or(error("malformed length"))?;
-                payload_start = pos;
-                pos = usize::try_from(len).ok().and_then(|len| pos.checked_add(len)).unwrap_or(usize::MAX);
-            }
-            _ => return Err(error("unsupported wire type (groups are not used by this API)")),
-        }
-        if pos > message.len() {
-            return Err(error("field runs past the end of the message"));
-        }
-        if number == u64::from(field) && wire_type == 2 {
-            value = Some(&message[payload_start..pos]);
-        } else {
-            rest.extend_from_slice(&message[start..pos]);
+    for found in fields(message) {
+        let found = found?;
+        match found.value {
+            Value::Bytes(payload) if found.number == field => value = Some(payload),
+            _ => rest.extend_from_slice(&message[found.span]),
         }
     }
     Ok(Split { rest, value })

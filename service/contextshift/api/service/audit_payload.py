@@ -29,6 +29,7 @@ from contextshift.audit.store import (
     GenerationReport,
     ShiftRecord,
     Status,
+    StoreDamaged,
     StoredAudit,
     Unchecked,
 )
@@ -135,18 +136,27 @@ def decode(stored: StoredAudit) -> pb.ContextAudit:
     return audit
 
 
+# Where a ContextAudit's summary id lies: its plan's summary's id.
+_SUMMARY_ID = (
+    pb.ContextAudit.PLAN_FIELD_NUMBER,
+    pb.ContextPlan.SUMMARY_FIELD_NUMBER,
+    pb.SummaryInfo.ID_FIELD_NUMBER,
+)
+
+
 def previous_prompt(stored: StoredAudit) -> PreviousPrompt:
-    """The prompt a stored audit records, as the `previous` of the chat's next shift: the empty
-    one when it left nothing out, since a next shift carries only what its previous prompt left
-    out (`cache_stable.carried`), as a prompt this process kept after writing it."""
-    audit = pb.ContextAudit.FromString(lz4.frame.decompress(stored.payload))
-    if all(b.kept for b in audit.blocks):
-        return PreviousPrompt()
-    summary = audit.plan.summary.id if audit.plan.HasField("summary") else None
-    return PreviousPrompt(
-        kept=[(b.id, b.tokens) for b in audit.blocks if b.kept and b.id != summary],
-        excluded=[(b.id, b.reason) for b in audit.blocks if not b.kept],
-    )
+    """The prompt a stored audit records, as the `previous` of the chat's next shift, read by the
+    core from the encoded audit (no per-block Python): the empty one when it left nothing out,
+    since a next shift carries only what its previous prompt left out (`cache_stable.carried`),
+    as a prompt this process kept after writing it. StoreDamaged when the audit cannot be read."""
+    try:
+        found = engine.read_previous_prompt(
+            lz4.frame.decompress(stored.payload), pb.ContextAudit.BLOCKS_FIELD_NUMBER, _SUMMARY_ID
+        )
+    except (RuntimeError, ValueError) as e:  # lz4's, the core's
+        chat = stored.generation.chat_id
+        raise StoreDamaged(f"the audit of chat {chat!r} cannot be read: {e}") from e
+    return PreviousPrompt() if found is None else PreviousPrompt(*found)
 
 
 class AuditWrite:
