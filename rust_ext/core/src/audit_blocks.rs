@@ -48,7 +48,7 @@ pub fn previous_prompt(audit: &[u8], at: &AuditFields<'_>) -> Result<Option<Prom
 fn audit_block(block: &[u8], offset: usize) -> Result<(String, i64, String, bool), WireError> {
     let (mut id, mut tokens, mut reason, mut kept) = (String::new(), 0, String::new(), false);
     for field in fields(block) {
-        let field = field.map_err(|e| WireError { offset: offset + e.offset, reason: e.reason })?;
+        let field = field.map_err(|e| e.within(offset))?;
         match (field.number, field.value) {
             (1, Value::Bytes(text)) => id = utf8(text, offset + field.span.start)?,
             (2, Value::Varint(value)) => tokens = value as i64, // int64: two's complement
@@ -81,7 +81,7 @@ fn last_field<'a>(message: &[u8], at: &'a [u8], number: u32) -> Result<Option<&'
     let base = offset_in(message, at);
     let mut found = None;
     for field in fields(at) {
-        let field = field.map_err(|e| WireError { offset: base + e.offset, reason: e.reason })?;
+        let field = field.map_err(|e| e.within(base))?;
         if let (true, Value::Bytes(payload)) = (field.number == number, field.value) {
             found = Some(payload);
         }

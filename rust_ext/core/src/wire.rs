@@ -85,6 +85,13 @@ pub struct WireError {
     pub reason: &'static str,
 }
 
+impl WireError {
+    /// This error of a message that lies `base` bytes into an enclosing one, at its offset there.
+    pub fn within(self, base: usize) -> WireError {
+        WireError { offset: base + self.offset, reason: self.reason }
+    }
+}
+
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} at byte {}", self.reason, self.offset)

@@ -34,7 +34,7 @@ WriteOutcome = Exception | None
 
 
 # What a call hands the writer: how to make its record, and whom to tell.
-_Queued = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
+Queued = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
 _STOP = None
 # A writer thread, and the id of the process that started it.
 _Started = tuple[int, threading.Thread]
@@ -46,7 +46,7 @@ class GroupWriter:
 
     def __init__(self, store: Store) -> None:
         self._store = store
-        self._queue: queue.SimpleQueue[_Queued | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Queued | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # held to start or stop the thread
         # Replaced whole, so one read of it without the lock (on each write) is consistent.
         self._thread: _Started | None = None
@@ -87,8 +87,8 @@ class GroupWriter:
             stopping = _STOP in taken
             self._store_group([item for item in taken if item is not _STOP])
 
-    def _store_group(self, items: list[_Queued]) -> None:
-        made: list[tuple[ShiftRecord, _Queued]] = []
+    def _store_group(self, items: list[Queued]) -> None:
+        made: list[tuple[ShiftRecord, Queued]] = []
         for item in items:
             try:
                 record = item[0]()
@@ -114,7 +114,7 @@ def _started_here(started: _Started | None) -> TypeGuard[_Started]:
     return started is not None and started[0] == os.getpid()
 
 
-def _settle(item: _Queued, outcome: WriteOutcome) -> None:
+def _settle(item: Queued, outcome: WriteOutcome) -> None:
     try:
         item[1](outcome)
     except Exception:  # the writer thread must outlive any caller's callback

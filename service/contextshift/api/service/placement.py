@@ -38,7 +38,7 @@ from contextshift import plugins
 from contextshift.api.service.read_cache import CacheMiss
 from contextshift.api.service.store_view import TenantStore
 from contextshift.audit.store import ShiftRecord
-from contextshift.audit.writer import GroupWriter, WriteOutcome
+from contextshift.audit.writer import GroupWriter, Queued, WriteOutcome
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
@@ -88,7 +88,7 @@ class Placement:
         self._writer = writer
         self._served: set[tuple[str, str]] = set()
         # Records handed over on an event loop during its current pass (see `write`).
-        self._passing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[_Handed]] = (
+        self._passing: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Queued]] = (
             weakref.WeakKeyDictionary()
         )
 
@@ -182,10 +182,6 @@ class Placement:
         stopped."""
         with contextlib.suppress(RuntimeError):
             self.executor.submit(fn)
-
-
-# A record handed to `Placement.write` on an event loop: how to make it, and whom to tell.
-_Handed = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
 
 
 class _Wakeups:
