@@ -18,6 +18,7 @@ mod counting;
 mod decisions;
 mod objects;
 mod recent_dicts;
+mod sqlite_writer;
 mod stored;
 mod wire;
 
@@ -62,6 +63,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(configure_block_cache, m)?)?;
     m.add_class::<stored::PyStoredBlocks>()?;
+    m.add_class::<sqlite_writer::PySqliteGroupWriter>()?;
     m.add_function(wrap_pyfunction!(stored::store_messages, m)?)?;
     m.add_function(wrap_pyfunction!(stored::rebuild_messages, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;

@@ -1,6 +1,7 @@
 """Typed stub of the Rust extension `contextshift._core` (checked by mypy.stubtest)."""
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TypeAlias, final
 
 from contextshift.reasons import Reason
@@ -16,6 +17,7 @@ __all__ = [
     "Layout",
     "Plan",
     "ProfileDescription",
+    "SqliteGroupWriter",
     "StoredBlocks",
     "_panic_for_tests",
     "block_cache_stats",
@@ -210,6 +212,34 @@ class StoredBlocks:
     def from_refs(refs: bytes) -> StoredBlocks: ...
     def __len__(self) -> int: ...
     def segment_hashes(self) -> list[bytes]: ...
+
+_SqlParam: TypeAlias = int | str | bytes | None
+_GroupAudit: TypeAlias = tuple[
+    str,
+    str,
+    tuple[str, int] | None,
+    tuple[str, int],
+    Sequence[_SqlParam],
+    Sequence[tuple[bytes, bytes]],
+    Sequence[bytes],
+]
+
+@final
+class SqliteGroupWriter:
+    """A connection to a SQLite store, on a thread of its own, that commits groups of shift
+    records (contextshift.audit.sqlite)."""
+    def __new__(
+        cls,
+        path: str,
+        setup: Sequence[str],
+        statements: tuple[str, str, str, str, str],
+        room: tuple[Path, Path, int, int] | None,
+        bound_seconds: float | None,
+    ) -> SqliteGroupWriter: ...
+    def fileno(self) -> int: ...
+    def submit(self, token: int, record: tuple[Sequence[_SqlParam], _GroupAudit | None, int]) -> bool: ...
+    def finished(self) -> tuple[list[tuple[int, Exception | bool | None]], list[tuple[int, float]]]: ...
+    def stop(self) -> None: ...
 
 def store_messages(
     messages: bytes | None, stored: StoredBlocks

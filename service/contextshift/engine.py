@@ -13,6 +13,7 @@ from contextshift._core import (
     Layout,
     Plan,
     ProfileDescription,
+    SqliteGroupWriter,
     StoredBlocks,
     block_cache_stats,
     clear_count_cache,
@@ -35,15 +36,32 @@ from contextshift._core import (
 # Part of an encoded message for `encode_pieces`: bytes as they are, or `(field_number, pieces)`
 # for a length-delimited field made of them.
 Piece: TypeAlias = "bytes | tuple[int, Sequence[Piece]]"
+# A statement's parameter as `SqliteGroupWriter` binds it (a bool as an int, as sqlite3 does).
+SqlParam: TypeAlias = int | str | bytes | None
+# A record's audit for `SqliteGroupWriter.submit`: (tenant, chat id, the chat's audit it was made on
+# (None: none), its own audit's key, the audit's parameters, the new segments (hash, data), the
+# hashes of the segments it no longer needs).
+GroupAudit: TypeAlias = tuple[
+    str,
+    str,
+    "tuple[str, int] | None",
+    tuple[str, int],
+    Sequence[SqlParam],
+    Sequence[tuple[bytes, bytes]],
+    Sequence[bytes],
+]
 
 __all__ = [
     "BlockDecision",
     "Conversation",
     "Counts",
+    "GroupAudit",
     "Layout",
     "Piece",
     "Plan",
     "ProfileDescription",
+    "SqlParam",
+    "SqliteGroupWriter",
     "StoredBlocks",
     "block_cache_stats",
     "clear_count_cache",

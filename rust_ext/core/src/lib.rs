@@ -25,6 +25,8 @@ pub mod plan;
 pub mod profile;
 pub mod reasoning;
 pub mod relevance;
+#[cfg(feature = "sqlite")]
+pub mod sqlite_group;
 pub mod stored_blocks;
 pub mod tools;
 pub mod verbatim;
