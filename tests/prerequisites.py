@@ -23,6 +23,10 @@ DEBIAN = {
     "postgresql": ("the store's tests", lambda: bool(glob.glob("/usr/lib/postgresql/*/bin/initdb"))),
     "haproxy": ("the balancer test and benchmark", lambda: Path("/usr/sbin/haproxy").exists()),
     "wrk": ("the gateway benchmark's load tool", lambda: Path("/usr/bin/wrk").exists()),
+    "libsqlite3-dev": (
+        "the core's link to the system's SQLite (its group commits)",
+        lambda: bool(glob.glob("/usr/lib/*/libsqlite3.so") + glob.glob("/usr/lib/libsqlite3.so")),
+    ),
 }
 
 

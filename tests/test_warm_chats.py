@@ -26,7 +26,16 @@ from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
 from contextshift.api.service.store_view import PROMPT_BLOCKS_KEPT
 from contextshift.audit.sqlite import SqliteStore
-from contextshift.audit.store import AuditChanged, ShiftRecord, StoredAudit, StoreError, audit_key
+from contextshift.audit.store import (
+    DECLINED,
+    AuditChanged,
+    CoreGroups,
+    CoreOutcome,
+    ShiftRecord,
+    StoredAudit,
+    StoreError,
+    audit_key,
+)
 from contextshift.budget import Budget
 
 
@@ -53,6 +62,35 @@ class CountingStore(SqliteStore):
         self.records += records
         self.outcomes += outcomes
         return outcomes
+
+    def core_groups(self) -> CoreGroups | None:
+        groups = super().core_groups()
+        return None if groups is None else CountedGroups(groups, self)
+
+
+class CountedGroups:
+    """A store's group commits outside Python, whose written records (not those declined, which
+    its `record_shifts` writes) the store counts as its own."""
+
+    def __init__(self, groups: CoreGroups, store: CountingStore) -> None:
+        self._groups = groups
+        self._store = store
+        self._submitted: dict[int, ShiftRecord] = {}
+        self.dialect = groups.dialect
+        self.fileno = groups.fileno
+        self.stop = groups.stop
+
+    def submit(self, token: int, record: ShiftRecord) -> bool:
+        self._submitted[token] = record
+        return self._groups.submit(token, record)
+
+    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
+        records, groups = self._groups.finished()
+        for token, outcome in records:
+            if outcome is not DECLINED:
+                self._store.records.append(self._submitted[token])
+                self._store.outcomes.append(outcome)  # type: ignore[arg-type]  # a StoreError
+        return records, groups
 
 
 @pytest.fixture

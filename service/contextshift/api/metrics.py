@@ -40,7 +40,15 @@ from prometheus_client import (
 
 from contextshift import profiles
 from contextshift.audit import bounds
-from contextshift.audit.store import ShiftRecord, Store, StoreError, StoreFull, StoreTimeout
+from contextshift.audit.store import (
+    CoreGroups,
+    CoreOutcome,
+    ShiftRecord,
+    Store,
+    StoreError,
+    StoreFull,
+    StoreTimeout,
+)
 from contextshift.diagnostics import Diagnostic, is_fallback
 
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4  # what generate_latest writes
@@ -476,6 +484,12 @@ class _TimedStore:
                 _child(STORE_REFUSALS, outcome.cause.value).inc()
         return outcomes
 
+    def core_groups(self) -> CoreGroups | None:
+        """The store's group commits outside Python, each group's size and seconds observed as
+        `record_shifts`' are, and their calls past the bound counted."""
+        groups = self._store.core_groups()
+        return None if groups is None else _TimedCoreGroups(groups)
+
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._store, name)
         if not callable(attribute):
@@ -483,6 +497,27 @@ class _TimedStore:
         timed = _timed(name, attribute)
         setattr(self, name, timed)  # wrapped once: __getattr__ runs only for names not yet set
         return timed
+
+
+class _TimedCoreGroups:
+    """`CoreGroups` observed (see `_TimedStore.core_groups`)."""
+
+    def __init__(self, groups: CoreGroups) -> None:
+        self._groups = groups
+        self.dialect = groups.dialect
+        self.fileno = groups.fileno
+        self.submit = groups.submit
+        self.stop = groups.stop
+
+    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
+        records, groups = self._groups.finished()
+        for size, seconds in groups:
+            _child(STORE_GROUPS, self.dialect).observe(size)
+            _child(STORE_LATENCY, "record_shifts").observe(seconds)
+        for _, outcome in records:
+            if isinstance(outcome, StoreTimeout):
+                _child(STORE_TIMEOUTS, "record_shifts").inc()
+        return records, groups
 
 
 def timed_store(store: Store) -> Store:

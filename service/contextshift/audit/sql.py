@@ -24,6 +24,7 @@ from contextshift.audit.store import (
     AuditKey,
     ChatCursor,
     ChatSummary,
+    CoreGroups,
     Finished,
     Generation,
     GenerationIdInUse,
@@ -92,6 +93,11 @@ AUDIT_UPSERT = (
     "payload = excluded.payload, created_ms = excluded.created_ms, kept_count = excluded.kept_count, "
     "excluded_count = excluded.excluded_count, message_refs = excluded.message_refs"
 )
+# A chat's audit (tenant, chat id, generation id, payload, then `audit_params`).
+INSERT_AUDIT = (
+    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_COLUMNS}) "
+    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) {AUDIT_UPSERT}"
+)
 _CALIBRATION = "SELECT factor, samples FROM calibrations WHERE tenant = ? AND model = ?"
 # A chat's stored segments (migration 4): written with its audit, never twice; deleted once its
 # audit no longer needs them (`_DELETE_SEGMENTS`' `{}` is one `?` per hash).
@@ -100,6 +106,7 @@ INSERT_SEGMENTS = (
     "ON CONFLICT DO NOTHING"
 )
 _DELETE_SEGMENTS = "DELETE FROM audit_segments WHERE tenant = ? AND chat_id = ? AND segment_hash IN ({})"
+DELETE_SEGMENT = _DELETE_SEGMENTS.format("?")
 _SEGMENTS = "SELECT segment_hash, data FROM audit_segments WHERE tenant = ? AND chat_id = ?"
 _SEGMENT_HASHES = "SELECT segment_hash FROM audit_segments WHERE tenant = ? AND chat_id = ?"
 # What a segment's row takes beyond its key and data (the row's header and cell pointer).
@@ -116,6 +123,11 @@ _AUDIT = (
 _CURRENT_AUDITS = (
     "SELECT a.tenant, a.chat_id, g.generation_id, g.created_ms FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE (a.tenant, a.chat_id) IN (VALUES {})"
+)
+# The key (`AuditKey`) of one chat's audit (tenant, chat id).
+CURRENT_AUDIT = (
+    "SELECT g.generation_id, g.created_ms FROM audits a JOIN generations g "
+    "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
 )
 # A page of a tenant's chats, newest first (`Store.chats`): the audits through their index on
 # (tenant, created_ms, chat_id, ...), which holds every audit column read, each joined to its
@@ -238,6 +250,17 @@ def _used_since(tx: Tx, tenant: str, chat_id: str, since_ms: int) -> bool:
 def audit_params(r: ShiftRecord) -> tuple[int, int | None, int | None, bytes | None]:
     """The values of `AUDIT_COLUMNS` for a record's audit."""
     return (r.generation.created_ms, r.kept, r.excluded, r.message_refs)
+
+
+def audit_row(r: ShiftRecord) -> tuple[Any, ...]:
+    """The parameters of `INSERT_AUDIT` for a record with an audit."""
+    g = r.generation
+    return (r.tenant, g.chat_id, g.generation_id, r.audit, *audit_params(r))
+
+
+def claim_bytes(r: ShiftRecord) -> int:
+    """The room a record claims (`Tx.claim`)."""
+    return GENERATION_BYTES if r.audit is None else _audit_bytes(r)
 
 
 def _audit_bytes(r: ShiftRecord) -> int:
@@ -434,6 +457,9 @@ class SqlStore(ABC):
         rows = self._query(_HISTORY, (profile, tenant, chat_id))
         return [HistoryBlock(text, tokens) for text, tokens in rows]
 
+    def core_groups(self) -> CoreGroups | None:
+        return None  # the store's own writes only (SQLite overrides)
+
     def record_shift(self, tenant: str, generation: Generation, audit: bytes | None) -> None:
         (outcome,) = self.record_shifts([ShiftRecord(tenant, generation, audit)])
         if outcome is not None:
@@ -487,7 +513,7 @@ class SqlStore(ABC):
                 outcomes.append(AuditChanged(r.generation.chat_id, now))
                 continue
             try:
-                tx.claim(GENERATION_BYTES if r.audit is None else _audit_bytes(r))
+                tx.claim(claim_bytes(r))
             except StoreFull as e:
                 outcomes.append(e)
                 continue
@@ -511,11 +537,7 @@ class SqlStore(ABC):
             g = r.generation
             written = tx.run(RECORD_GENERATION, generation_params(r.tenant, g)) > 0
             if written and r.audit is not None:
-                tx.run(
-                    f"INSERT INTO audits (tenant, chat_id, generation_id, payload, {AUDIT_COLUMNS}) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?) {AUDIT_UPSERT}",
-                    (r.tenant, g.chat_id, g.generation_id, r.audit, *audit_params(r)),
-                )
+                tx.run(INSERT_AUDIT, audit_row(r))
                 key = (r.tenant, g.chat_id)
                 tx.run_many(INSERT_SEGMENTS, [(*key, *segment) for segment in r.new_segments])
                 for gone in chunks(gone_segments(tx, r)):

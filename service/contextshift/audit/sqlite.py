@@ -30,6 +30,15 @@
   time in anyway; the one connection keeps its page cache, where connections taking turns would
   each re-read what the others changed). A process that forks never hands a connection to its
   children (a connection found to belong to another process is left alone and replaced).
+- The group writer's commits from the event loop run outside Python (`core_groups`): the core's
+  own thread and connection take the records the loop makes, commit whatever queued as one
+  transaction, and tell the loop through a socket it watches, never taking the GIL. They write the
+  common group only: every audit checked against its chat's, room plainly to spare (no
+  `max_store_bytes`; the disk's free space above the reserve, beyond what the WAL holds, covers
+  the group). Any other group, and one whose check fails, is declined whole, nothing of it
+  written, and goes to the Python writer thread, which writes it here (`SqlStore.record_shifts`:
+  record by record outcomes, exact room claims). That connection and this module's write
+  connection take SQLite's write lock in turn, as two processes' do (the busy timeout).
 """
 
 from __future__ import annotations
@@ -44,15 +53,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
+from contextshift import engine
 from contextshift.audit import bounds
-from contextshift.audit.sql import Row, SqlStore, Tx
+from contextshift.audit.sql import (
+    CURRENT_AUDIT,
+    DELETE_SEGMENT,
+    INSERT_AUDIT,
+    INSERT_SEGMENTS,
+    RECORD_GENERATION,
+    Row,
+    SqlStore,
+    Tx,
+    audit_row,
+    claim_bytes,
+    generation_params,
+)
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
+    DECLINED,
+    CoreGroups,
+    CoreOutcome,
     FullCause,
+    ShiftRecord,
     StoreConfigError,
     StoreFull,
     StoreUnavailable,
+    Unchecked,
     WouldWait,
+    audit_key,
 )
 
 T = TypeVar("T")
@@ -68,6 +96,10 @@ UNLIMITED_PAGES = 4294967294  # SQLite's largest max_page_count
 HELD_BY_SQLITE_BYTES = 8 * 1024 * 1024
 # How long folding the WAL back into the database waits for readers to move to the latest snapshot.
 FOLD_BUSY_TIMEOUT_MS = 200
+
+
+# The statements of the core's group commits, in `engine.SqliteGroupWriter`'s order.
+_GROUP_STATEMENTS = (CURRENT_AUDIT, RECORD_GENERATION, INSERT_AUDIT, INSERT_SEGMENTS, DELETE_SEGMENT)
 
 
 def disk_free_bytes(folder: Path) -> int:
@@ -182,24 +214,46 @@ class SqliteStore(SqlStore):
                 self._writer = (os.getpid(), threading.Lock(), self._open())
             return self._writer[1], self._writer[2]
 
+    def _setup(self, busy_timeout_ms: int | None = None) -> list[str]:
+        """What sets up every connection: one that waits up to `busy_timeout_ms` (the store's own
+        unless given) for a busy file."""
+        busy_timeout = self._busy_timeout_ms if busy_timeout_ms is None else busy_timeout_ms
+        return [
+            f"PRAGMA busy_timeout = {int(busy_timeout)}",
+            "PRAGMA journal_mode = WAL",
+            f"PRAGMA synchronous = {self._synchronous.upper()}",
+            "PRAGMA foreign_keys = ON",
+        ]
+
     def _open(self, busy_timeout_ms: int | None = None) -> sqlite3.Connection:
-        """A new connection, which waits up to `busy_timeout_ms` (the store's own unless given)
-        for a busy file."""
+        """A new connection, set up by `_setup(busy_timeout_ms)`."""
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
             # Autocommit: every transaction is begun explicitly. One thread at a time uses it;
             # `close` closes it from another, after every user stopped.
             connection = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            busy_timeout = self._busy_timeout_ms if busy_timeout_ms is None else busy_timeout_ms
-            connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout)}")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute(f"PRAGMA synchronous = {self._synchronous.upper()}")
-            connection.execute("PRAGMA foreign_keys = ON")
+            for statement in self._setup(busy_timeout_ms):
+                connection.execute(statement)
         except (sqlite3.Error, OSError) as e:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
         with self._lock:
             self._opened.append((os.getpid(), connection))
         return connection
+
+    def core_groups(self) -> CoreGroups | None:
+        """Group commits outside Python for this process (see the module's doc); None with
+        `max_store_bytes` (whose room only this module's claims count)."""
+        if self._max_bytes is not None:
+            return None
+        room = (self._folder, self._wal_path, self._reserve_bytes, CLAIM_SLACK_BYTES)
+        try:
+            self._folder.mkdir(parents=True, exist_ok=True)
+            writer = engine.SqliteGroupWriter(
+                str(self.path), self._setup(), _GROUP_STATEMENTS, room, self._bound
+            )
+        except (sqlite3.Error, OSError) as e:
+            raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
+        return SqliteCoreGroups(self, writer)
 
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
         limit = bounds.deadline(self._bound)
@@ -367,6 +421,66 @@ class SqliteStore(SqlStore):
             if e.sqlite_errorcode == sqlite3.SQLITE_INTERRUPT and limit is not None:
                 raise limit.timed_out(self.description) from e
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
+
+
+class SqliteCoreGroups:
+    """A SQLite store's group commits run by the core (see the module's doc), for the group writer
+    (`audit.writer`): a record goes in with a token, and its outcome comes back when the socket
+    (`fileno`) is readable. Used by the process that made it."""
+
+    def __init__(self, store: SqliteStore, writer: engine.SqliteGroupWriter) -> None:
+        self._store = store
+        self._writer = writer
+        self.dialect = store.dialect
+
+    def fileno(self) -> int:
+        return self._writer.fileno()
+
+    def submit(self, token: int, record: ShiftRecord) -> bool:
+        """Queues `record`; False when the core does not write it (an audit not checked against its
+        chat's, or of no chat; or it stopped): the store's own path must."""
+        g = record.generation
+        audit: engine.GroupAudit | None = None
+        if record.audit is not None:
+            if not g.chat_id or isinstance(record.made_on, Unchecked):
+                return False
+            made_on, key = record.made_on, audit_key(g)
+            audit = (
+                record.tenant,
+                g.chat_id,
+                made_on,
+                key,
+                audit_row(record),
+                record.new_segments,
+                record.gone_segments,
+            )
+        return self._writer.submit(token, (generation_params(record.tenant, g), audit, claim_bytes(record)))
+
+    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
+        """The records finished since the last call, by token: None stored, `DECLINED`, or why not
+        (as this store's own writes say it: StoreUnavailable, StoreTimeout); and each group's size
+        and how long it took."""
+        records, groups = self._writer.finished()
+        return [(token, self._outcome(outcome)) for token, outcome in records], groups
+
+    def _outcome(self, outcome: Exception | bool | None) -> CoreOutcome:
+        if outcome is None:
+            return None
+        if isinstance(outcome, bool):  # False: declined
+            return DECLINED
+        bound = self._store._bound
+        limit = None if bound is None else bounds.Deadline(0.0, bound, True)
+        try:
+            with self._store._errors(limit=limit):
+                raise outcome
+        except StoreFull:  # the disk ran out under it: the store's own path says which record failed
+            return DECLINED
+        except Exception as e:
+            return e
+
+    def stop(self) -> None:
+        """Writes what is queued, then stops (what it finished is still read)."""
+        self._writer.stop()
 
 
 @contextmanager

@@ -304,6 +304,42 @@ class GenerationIdInUse(StoreError):
 PrepareBlocks = Callable[[Sequence[HistoryBlock]], Sequence[HistoryBlock]]
 
 
+class Declined(Enum):
+    """A record's outcome from `CoreGroups`: not written, the store's own path (`record_shifts`)
+    must write it."""
+
+    DECLINED = "declined"
+
+
+DECLINED = Declined.DECLINED
+# A record's outcome from `CoreGroups`: None stored, else why not (a StoreError), or DECLINED.
+CoreOutcome = Exception | Declined | None
+
+
+class CoreGroups(Protocol):
+    """A store's group commits outside Python (`Store.core_groups`): records handed over with a
+    token (`submit`), each committed with whatever else queued, their outcomes read back on the
+    event loop when the socket `fileno` is readable (`finished`)."""
+
+    dialect: str
+
+    def fileno(self) -> int: ...
+
+    def submit(self, token: int, record: ShiftRecord) -> bool:
+        """Queues `record` under `token`; False when these commits do not take it (the store's own
+        path must write it)."""
+        ...
+
+    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
+        """The records finished since the last call, `(token, outcome)`, and each group's size and
+        seconds."""
+        ...
+
+    def stop(self) -> None:
+        """Writes what is queued, then stops (what it finished is still read)."""
+        ...
+
+
 class Store(Protocol):
     """The audit store. See the module docstring for tenants, threads and transactions."""
 
@@ -358,6 +394,11 @@ class Store(Protocol):
         `ShiftRecord.made_on`). When the transaction fails whole (SQLite's SQLITE_FULL rolls back
         every record of it), each record is stored again alone. Raises StoreUnavailable when the
         store cannot serve (nothing stored)."""
+        ...
+
+    def core_groups(self) -> CoreGroups | None:
+        """Group commits that run outside Python, for this process's group writer; None when the
+        store has none (PostgreSQL) or cannot use them (see `contextshift.audit.sqlite`)."""
         ...
 
     def finish(self, tenant: str, report: GenerationReport, alpha: float) -> Finished:

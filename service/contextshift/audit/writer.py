@@ -10,18 +10,27 @@ never queue for the write lock one by one.
 
 A call's `done` comes only after the transaction that stored its record committed: a reply sent
 from it is never lost to a crash of the process after it (SQLite's WAL, PostgreSQL's commit).
+
+Where the store commits groups outside Python (`Store.core_groups`: SQLite), a record written from
+the event loop is made there at once and handed to them instead: their own thread commits it with
+whatever else queued, without the GIL, and the loop reads the outcomes when their socket says so,
+and calls each `done` there. The Python thread then only writes what they decline (see
+`contextshift.audit.sqlite`) and what is written from other threads or loops.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import os
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from contextshift.audit.store import ShiftRecord, Store
+from contextshift.audit.store import DECLINED, CoreGroups, ShiftRecord, Store
 
 log = logging.getLogger("contextshift.store")
 
@@ -38,6 +47,19 @@ Queued = tuple[Callable[[], ShiftRecord | None], Callable[[WriteOutcome], None]]
 _STOP = None
 # A writer thread, and the id of the process that started it.
 _Started = tuple[int, threading.Thread]
+# How long `close` waits for the event loop to read the core's last outcomes.
+CLOSE_WAIT_SECONDS = 10.0
+
+
+@dataclass
+class _Core:
+    """A process's group commits outside Python (None: its store has none), read on `loop`, and
+    the records they hold: by token, each with whom to tell."""
+
+    pid: int
+    groups: CoreGroups | None
+    loop: asyncio.AbstractEventLoop | None
+    waiting: dict[int, tuple[ShiftRecord, Callable[[WriteOutcome], None]]] = field(default_factory=dict)
 
 
 class GroupWriter:
@@ -50,15 +72,70 @@ class GroupWriter:
         self._lock = threading.Lock()  # held to start or stop the thread
         # Replaced whole, so one read of it without the lock (on each write) is consistent.
         self._thread: _Started | None = None
+        self._core: _Core | None = None  # used on its event loop only (and by `close`)
+        # A forked child's inherited core commits: never used, never stopped (their thread is the
+        # parent's), and kept so that nothing closes the parent's connection in the child.
+        self._inherited: list[_Core] = []
+        self._tokens = itertools.count()
 
     def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
         """Stores the record `make()` gives, on the writer thread, in the next group; then calls
         `done` there with None (stored) or why not (a StoreError, or what `make` raised). When
         `make` returns None (its call gave up before the write) nothing is stored, and `done` is
-        not called."""
+        not called. From the event loop, over a store that commits groups outside Python, `make`
+        runs at once and `done` later on the loop (see the module's doc)."""
+        core = self._core_here()
+        if core is None or core.groups is None:
+            self._put(make, done)
+            return
+        try:
+            record = make()
+        except Exception as e:  # a bug in making it: that call fails
+            _settle(done, e)
+            return
+        if record is None:
+            return
+        token = next(self._tokens)
+        core.waiting[token] = (record, done)
+        if not core.groups.submit(token, record):
+            del core.waiting[token]
+            self._put(_made(record), done)
+
+    def _put(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
+        """`write` on the writer thread."""
         if not _started_here(self._thread):
             self._start()
         self._queue.put((make, done))
+
+    def _core_here(self) -> _Core | None:
+        """This process's group commits outside Python, for a write from here: None on a thread,
+        or on another event loop than the one they are read on (the first loop that asks)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # on a thread
+            return None
+        core = self._core
+        if core is None or core.pid != os.getpid():
+            if core is not None:
+                self._inherited.append(core)
+            groups = self._store.core_groups()
+            core = self._core = _Core(os.getpid(), groups, loop if groups else None)
+            if groups is not None:
+                loop.add_reader(groups.fileno(), self._read_finished, core)
+        return core if core.loop is loop else None
+
+    def _read_finished(self, core: _Core) -> None:
+        """On the event loop, when the core's socket is readable: each finished record's call is
+        told, and a declined one goes to the writer thread."""
+        if core.groups is None:
+            return
+        records, _ = core.groups.finished()
+        for token, outcome in records:
+            record, done = core.waiting.pop(token)
+            if outcome is DECLINED:
+                self._put(_made(record), done)
+            else:
+                _settle(done, outcome)
 
     def _start(self) -> None:
         with self._lock:
@@ -68,12 +145,38 @@ class GroupWriter:
                 self._thread = (os.getpid(), thread)
 
     def close(self) -> None:
-        """Stores what is queued, then stops the thread (the store may close after)."""
+        """Stores what is queued, then stops the thread (the store may close after). Called off
+        the event loop that reads the core's outcomes, it waits for the loop to read the last."""
+        core = self._core
+        if core is not None and core.pid == os.getpid() and core.groups is not None and core.loop is not None:
+            core.groups.stop()
+            self._stop_reading(core, core.loop)
         with self._lock:
             thread, self._thread = self._thread, None
         if _started_here(thread):
             self._queue.put(_STOP)
             thread[1].join()
+
+    def _stop_reading(self, core: _Core, loop: asyncio.AbstractEventLoop) -> None:
+        """The core's last outcomes read on `loop` and its socket no longer watched, from the loop
+        itself or another thread (then waited for, unless the loop has stopped)."""
+
+        def stop() -> None:
+            self._read_finished(core)
+            if core.groups is not None:
+                loop.remove_reader(core.groups.fileno())
+            stopped.set()
+
+        stopped = threading.Event()
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop or not loop.is_running():
+            stop()
+        else:
+            loop.call_soon_threadsafe(stop)
+            stopped.wait(CLOSE_WAIT_SECONDS)
 
     def _run(self) -> None:
         stopping = False
@@ -93,7 +196,7 @@ class GroupWriter:
             try:
                 record = item[0]()
             except Exception as e:  # a bug in making it: that call fails, the others go on
-                _settle(item, e)
+                _settle(item[1], e)
                 continue
             if record is not None:
                 made.append((record, item))
@@ -105,7 +208,7 @@ class GroupWriter:
         except Exception as e:  # the store cannot serve: every call of the group is told why
             outcomes = [e] * len(made)
         for (_, item), outcome in zip(made, outcomes, strict=True):
-            _settle(item, outcome)
+            _settle(item[1], outcome)
 
 
 def _started_here(started: _Started | None) -> TypeGuard[_Started]:
@@ -114,8 +217,13 @@ def _started_here(started: _Started | None) -> TypeGuard[_Started]:
     return started is not None and started[0] == os.getpid()
 
 
-def _settle(item: Queued, outcome: WriteOutcome) -> None:
+def _made(record: ShiftRecord) -> Callable[[], ShiftRecord]:
+    """A record made already, as the writer thread takes it."""
+    return lambda: record
+
+
+def _settle(done: Callable[[WriteOutcome], None], outcome: WriteOutcome) -> None:
     try:
-        item[1](outcome)
+        done(outcome)
     except Exception:  # the writer thread must outlive any caller's callback
         log.exception("a shift's write could not be reported to its call")

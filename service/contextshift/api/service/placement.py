@@ -16,10 +16,10 @@ watched. Two exceptions:
 
 A record to store (a shift's generation and audit) goes to the process's group writer
 (`audit.writer`): from a thread at once, from the loop at the end of the loop's pass, with every
-record the pass made, so the writer thread wakes once for them, not once for each (each wake-up
-takes the GIL from the loop in the middle of its work, and hands it back). The call's future is
-settled from the writer thread once the record's group is committed, and the futures settled
-since the loop last woke are settled in one wake-up.
+record the pass made, so the writer wakes once for them, not once for each. The call's future is
+settled once the record's group is committed: on the loop, when the store commits groups outside
+Python (SQLite: the loop reads their outcomes); else from the writer thread, the futures settled
+since the loop last woke in one wake-up.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from contextshift import plugins
 from contextshift.api.service.read_cache import CacheMiss
@@ -205,12 +205,23 @@ class _Wakeups:
         with self._lock:
             due, self._due = self._due, []
         for future, result, error in due:
-            if future.done():  # its call gave up on it
-                continue
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
+            _settle_now(future, result, error)
+
+
+def _settle_now(future: asyncio.Future[T], result: T | None, error: BaseException | None) -> None:
+    if future.done():  # its call gave up on it
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(cast(T, result))
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 _WAKEUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wakeups] = weakref.WeakKeyDictionary()
@@ -220,8 +231,12 @@ _WAKEUPS_LOCK = threading.Lock()
 def settle_soon(
     future: asyncio.Future[T], result: T | None = None, error: BaseException | None = None
 ) -> None:
-    """Settles `future` from any thread, on its event loop (unless its call gave up on it)."""
+    """Settles `future` from any thread, on its event loop (unless its call gave up on it): at
+    once when called on that loop."""
     loop = future.get_loop()
+    if _running_loop() is loop:
+        _settle_now(future, result, error)
+        return
     with _WAKEUPS_LOCK:
         wakeups = _WAKEUPS.get(loop) or _WAKEUPS.setdefault(loop, _Wakeups(loop))
     wakeups.settle(future, result, error)
