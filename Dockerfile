@@ -9,9 +9,10 @@
 # file against the server's real ports, settings and health routes instead (docs/deployment.md).
 
 FROM rust:1.95-slim-bookworm AS builder
-# Debian 12's Python 3.11, the runtime's minor version: the wheel is built for cp311.
+# Debian 12's Python 3.11, the runtime's minor version: the wheel is built for cp311. The core
+# links the system's libsqlite3 (the one Python's sqlite3 module loads: one SQLite per process).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends python3 python3-dev python3-venv \
+    && apt-get install -y --no-install-recommends python3 python3-dev python3-venv libsqlite3-dev \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/maturin && /opt/maturin/bin/pip install --no-cache-dir maturin==1.16.0
 WORKDIR /src
@@ -19,6 +20,7 @@ COPY Cargo.toml Cargo.lock pyproject.toml README.md ./
 COPY rust_ext rust_ext
 COPY benchmarks/rust benchmarks/rust
 COPY service service
+# No auditwheel repair (pyproject.toml): the wheel links the runtime image's libsqlite3-0.
 RUN /opt/maturin/bin/maturin build --release --interpreter python3 --out /wheels
 
 FROM python:3.11-slim-bookworm
