@@ -12,13 +12,14 @@ store in a temporary directory and the real group writer, at concurrency 1 and 8
 - `no messages`: the same with `audit_messages = false` (the audit without the prompt's text, so
   less to encode and compress);
 - `write answered`: the same as `shift+chat` with the store's `record_shifts` answering at once
-  (nothing committed): what is left is the chat's own path (its previous prompt, the writer
-  thread's hand-off, the encoding). A decomposition, not a way to run.
+  (nothing committed) on the Python writer thread: what is left is the chat's own path (its
+  previous prompt, the writer thread's hand-off, the encoding). A decomposition, not a way to run.
 
 The ratios to `shift` say how much of an audited call is the audit, and which part; each call's CPU
 is also split by thread (`/proc/self/task`): the event loop's (the request, the shift, the reply,
-the hand-off to the writer) and the group writer's (the record: the payload, the chat's blocks and
-their compression; then the transaction).
+and over SQLite the record: the payload, the chat's blocks and their compression), the Python
+group writer's (the record and the transaction, where the store has no commits outside Python, or
+for `write answered`) and the core's writer thread's (SQLite's transactions).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from contextshift.api.service.gate import begin_call_stats  # noqa: E402
 from contextshift.api.service.servicer import ContextShiftService  # noqa: E402
 from contextshift.audit import open_store  # noqa: E402
 from contextshift.audit.store import ShiftRecord, Store  # noqa: E402
-from contextshift.audit.writer import WRITER_THREAD, GroupWriter, WriteOutcome  # noqa: E402
+from contextshift.audit.writer import CORE_WRITER_THREAD, WRITER_THREAD, GroupWriter, WriteOutcome  # noqa: E402
 from contextshift.budget import Budget  # noqa: E402
 
 KIB = 48
@@ -56,8 +57,9 @@ MODES = ("shift", "shift+chat", "no messages", "write answered")
 
 
 class _WriteAnswered:
-    """A store whose `record_shifts` answers at once (nothing committed); everything else is the
-    real store's."""
+    """A store whose `record_shifts` answers at once (nothing committed), with no group commits
+    outside Python (every record goes to the writer thread); everything else is the real
+    store's."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -65,13 +67,21 @@ class _WriteAnswered:
     def record_shifts(self, records: list[ShiftRecord]) -> list[WriteOutcome]:
         return [None] * len(records)
 
+    def core_groups(self) -> None:
+        return None
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
 
 def _thread_seconds() -> dict[str, float]:
-    """The CPU seconds (user + system) each of this process's threads has used, by its name."""
-    return {t.name: cpu_seconds(Path(f"/proc/self/task/{t.native_id}")) for t in threading.enumerate()}
+    """The CPU seconds (user + system) each of this process's Python threads has used, by its name,
+    and the core's writer thread (not a Python thread: found by the name Linux keeps)."""
+    seconds = {t.name: cpu_seconds(Path(f"/proc/self/task/{t.native_id}")) for t in threading.enumerate()}
+    for task in Path("/proc/self/task").iterdir():
+        if (task / "comm").read_text().strip() == CORE_WRITER_THREAD:
+            seconds[CORE_WRITER_THREAD] = seconds.get(CORE_WRITER_THREAD, 0.0) + cpu_seconds(task)
+    return seconds
 
 
 def _requests(mode: str) -> list[bytes]:
@@ -132,6 +142,7 @@ async def _measure(
         "sys_ms": 1e3 * (after.system - before.system) / done,
         "loop_ms": 1e3 * _spent(threads_before, threads_after, threading.main_thread().name) / done,
         "writer_ms": 1e3 * _spent(threads_before, threads_after, WRITER_THREAD) / done,
+        "core_writer_ms": 1e3 * _spent(threads_before, threads_after, CORE_WRITER_THREAD) / done,
     }
 
 
@@ -162,6 +173,7 @@ COLUMNS = [
     output.Column("of it system", "sys_ms", 12, ".3f"),
     output.Column("event loop", "loop_ms", 10, ".3f"),
     output.Column("writer", "writer_ms", 6, ".3f"),
+    output.Column("core writer", "core_writer_ms", 11, ".3f"),
     output.Column("CPU vs shift", "cpu_vs_shift", 12, ".2f"),
 ]
 

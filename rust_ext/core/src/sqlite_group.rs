@@ -33,6 +33,8 @@ use std::time::{Duration, Instant};
 
 /// Records one transaction takes at most (as the store's Python writer).
 pub const MAX_GROUP: usize = 256;
+/// The thread's name (at most 15 bytes: Linux keeps no more of it, and tools read it there).
+pub const THREAD_NAME: &str = "cs-core-writer";
 /// How many SQLite virtual-machine steps run between two looks at the deadline.
 const DEADLINE_STEPS: i32 = 1000;
 
@@ -255,7 +257,7 @@ impl WriterThread {
         let finished = Arc::new(Mutex::new(Finished::default()));
         let shared = Arc::clone(&finished);
         let thread = std::thread::Builder::new()
-            .name("contextshift-core-writer".into())
+            .name(THREAD_NAME.into())
             .spawn(move || run(writer, &queued, &shared, waker))?;
         Ok(WriterThread { queue: Some(queue), finished, wake, thread: Some(thread), pid: std::process::id() })
     }

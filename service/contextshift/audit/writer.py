@@ -36,8 +36,10 @@ log = logging.getLogger("contextshift.store")
 
 # Records one transaction takes at most (the calls a process has in flight are bounded anyway).
 MAX_GROUP = 256
-# The writer thread's name (benchmarks/audit_cost.py reads its CPU by it).
+# The writer thread's name (benchmarks/audit_cost.py reads its CPU by it), and the name of the
+# core's thread that commits a SQLite store's groups (rust_ext/core/src/sqlite_group.rs).
 WRITER_THREAD = "contextshift-writer"
+CORE_WRITER_THREAD = "cs-core-writer"
 # None: the record is stored; else why not (a StoreError, or what making the record raised).
 WriteOutcome = Exception | None
 
