@@ -7,15 +7,16 @@ files, with the core's real thread and socket."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import os
 import selectors
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
 from test_store import generation
 
 from contextshift import _core
@@ -32,14 +33,6 @@ from contextshift.audit.store import (
     audit_key,
 )
 from contextshift.audit.writer import WRITER_THREAD, GroupWriter, WriteOutcome
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    opened = SqliteStore(tmp_path / "store.db")
-    opened.migrate()
-    yield opened
-    opened.close()
 
 
 def core_groups(store: SqliteStore) -> CoreGroups:
@@ -103,10 +96,12 @@ def tables(store: SqliteStore) -> list[list[tuple[object, ...]]]:
         connection.close()
 
 
-def test_the_core_writes_a_group_as_the_stores_own_path_does(store: SqliteStore, tmp_path: Path) -> None:
+def test_the_core_writes_a_group_as_the_stores_own_path_does(
+    sqlite_store: SqliteStore, tmp_path: Path
+) -> None:
     records = turns("a", 3) + turns("b", 2)
     chatless = ShiftRecord("t", generation("no-chat", chat_id=""), None)
-    groups = core_groups(store)
+    groups = core_groups(sqlite_store)
     assert committed(groups, records[:2]) == [None, None]
     assert committed(groups, [*records[2:], chatless]) == [None] * 4
     groups.stop()
@@ -114,13 +109,13 @@ def test_the_core_writes_a_group_as_the_stores_own_path_does(store: SqliteStore,
     own.migrate()
     assert own.record_shifts(records[:2]) == [None, None]
     assert own.record_shifts([*records[2:], chatless]) == [None] * 4
-    assert tables(store) == tables(own)
+    assert tables(sqlite_store) == tables(own)
     own.close()
 
 
-def test_the_core_declines_what_the_stores_own_path_must_decide(store: SqliteStore) -> None:
+def test_the_core_declines_what_the_stores_own_path_must_decide(sqlite_store: SqliteStore) -> None:
     """Declined with nothing written (a group whole: rust_ext/core/src/sqlite_group.rs's tests)."""
-    groups = core_groups(store)
+    groups = core_groups(sqlite_store)
     first, second = turns("a", 2)
     assert committed(groups, [first]) == [None]
     # Made against no audit, while the chat has one.
@@ -131,13 +126,13 @@ def test_the_core_declines_what_the_stores_own_path_must_decide(store: SqliteSto
         turns("c", 1)[0], generation=replace(second.generation, generation_id="a-g0", chat_id="c")
     )
     assert committed(groups, [taken]) == [DECLINED]
-    assert store.audit("t", "c") is None
-    stored = store.audit("t", "a")
+    assert sqlite_store.audit("t", "c") is None
+    stored = sqlite_store.audit("t", "a")
     assert stored is not None and stored.generation.generation_id == "a-g0"
     # Not taken at all: an audit not checked against its chat's.
     assert not groups.submit(99, replace(second, made_on=UNCHECKED))
     # Written by the store's own path, which says why.
-    (changed,) = store.record_shifts([stale])
+    (changed,) = sqlite_store.record_shifts([stale])
     assert isinstance(changed, AuditChanged)
     groups.stop()
     assert not groups.submit(100, second)  # stopped: nothing queued
@@ -187,13 +182,13 @@ def test_the_cores_sqlite_errors_are_read_as_the_stores_own(tmp_path: Path) -> N
     store.close()
 
 
-def test_the_process_holds_one_sqlite_library(store: SqliteStore) -> None:
+def test_the_process_holds_one_sqlite_library(sqlite_store: SqliteStore) -> None:
     """The core links the system's libsqlite3, the one the sqlite3 module loads: two copies would
     not see each other's POSIX locks on the store's file."""
     linked = subprocess.run(["ldd", _core.__file__], capture_output=True, text=True, check=True).stdout
     assert "libsqlite3.so.0 =>" in linked  # not `bundled`: a copy of its own would be linked in
-    assert committed(core_groups(store), turns("a", 1)) == [None]
-    store.audit("t", "a")  # the sqlite3 module's connection
+    assert committed(core_groups(sqlite_store), turns("a", 1)) == [None]
+    sqlite_store.audit("t", "a")  # the sqlite3 module's connection
     mapped = {
         line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "sqlite" in line
     }
@@ -209,36 +204,36 @@ def told(outcomes: dict[str, WriteOutcome], chat_id: str) -> Callable[[WriteOutc
 
 
 def test_records_written_on_the_event_loop_are_committed_by_the_core_and_told_there(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
 ) -> None:
-    writer = GroupWriter(store)
+    writer = GroupWriter(sqlite_store)
     outcomes: dict[str, WriteOutcome] = {}
     a, b = turns("a", 1), turns("b", 2)
 
     async def scenario() -> None:
-        loop = asyncio.get_running_loop()
         for record in [*a, *b]:
             writer.write(lambda record=record: record, told(outcomes, record.generation.generation_id))
+        while len(outcomes) < 3:
+            await asyncio.sleep(0.01)
+        assert writer._thread is None  # the Python writer thread never started
         # Declined by the core (made against no audit, while the chat has one): the Python thread
         # writes it, and says why.
         stale = replace(turns("a", 2)[1], made_on=None)
-        while len(outcomes) < 3:
-            await asyncio.sleep(0.01)
         writer.write(lambda: stale, told(outcomes, "stale"))
         while len(outcomes) < 4:
             await asyncio.sleep(0.01)
-        assert loop.is_running()
+        assert writer._thread is not None
 
     asyncio.run(scenario())
     assert outcomes.pop("stale").__class__ is AuditChanged
     assert outcomes == {"a-g0": None, "b-g0": None, "b-g1": None}
-    stored = store.audit("t", "b")
+    stored = sqlite_store.audit("t", "b")
     assert stored is not None and stored.generation.generation_id == "b-g1"
     writer.close()
 
 
-def test_records_written_off_the_event_loop_go_to_the_writer_thread(store: SqliteStore) -> None:
-    writer = GroupWriter(store)
+def test_records_written_off_the_event_loop_go_to_the_writer_thread(sqlite_store: SqliteStore) -> None:
+    writer = GroupWriter(sqlite_store)
     outcomes: dict[str, WriteOutcome] = {}
     done = told(outcomes, "a")
     writer.write(lambda: turns("a", 1)[0], done)
@@ -248,9 +243,9 @@ def test_records_written_off_the_event_loop_go_to_the_writer_thread(store: Sqlit
 
 
 def test_closing_from_another_thread_commits_what_is_queued_and_tells_each_call_on_its_loop(
-    store: SqliteStore,
+    sqlite_store: SqliteStore,
 ) -> None:
-    writer = GroupWriter(store)
+    writer = GroupWriter(sqlite_store)
     outcomes: dict[str, WriteOutcome] = {}
 
     async def scenario() -> None:
@@ -262,3 +257,37 @@ def test_closing_from_another_thread_commits_what_is_queued_and_tells_each_call_
         assert WRITER_THREAD not in {thread.name for thread in threading.enumerate()}
 
     asyncio.run(scenario())
+
+
+def test_a_forked_process_commits_through_its_own_core_thread(sqlite_store: SqliteStore) -> None:
+    """A child inherits the writer and its parent's core commits, but not their thread: it starts
+    its own, and never joins or closes the parent's."""
+    writer = GroupWriter(sqlite_store)
+    outcomes: dict[str, WriteOutcome] = {}
+
+    async def write(chat_id: str) -> None:
+        (record,) = turns(chat_id, 1)
+        writer.write(lambda: record, told(outcomes, chat_id))
+        while chat_id not in outcomes:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(write("parent"))
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+
+    def child() -> None:
+        asyncio.run(write("child"))
+        inherited = [core.pid for core in writer._inherited]
+        writer.close()
+        answers.put((outcomes["child"], inherited))
+
+    process = context.Process(target=child)
+    process.start()
+    assert answers.get(timeout=30) == (None, [os.getpid()])
+    process.join(30)
+    assert process.exitcode == 0
+    asyncio.run(write("parent-again"))  # another loop: the Python writer thread writes it
+    writer.close()
+    assert outcomes == {"parent": None, "parent-again": None}
+    for chat_id in ("parent", "child", "parent-again"):
+        assert sqlite_store.audit("t", chat_id) is not None
