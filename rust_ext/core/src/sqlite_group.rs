@@ -256,9 +256,8 @@ impl WriterThread {
         let (queue, queued) = mpsc::channel();
         let finished = Arc::new(Mutex::new(Finished::default()));
         let shared = Arc::clone(&finished);
-        let thread = std::thread::Builder::new()
-            .name(THREAD_NAME.into())
-            .spawn(move || run(writer, &queued, &shared, waker))?;
+        let thread =
+            std::thread::Builder::new().name(THREAD_NAME.into()).spawn(move || run(writer, &queued, &shared, waker))?;
         Ok(WriterThread { queue: Some(queue), finished, wake, thread: Some(thread), pid: std::process::id() })
     }
 
