@@ -8,7 +8,7 @@ import pytest
 
 
 def test_missing_debian_packages_are_named_with_one_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
-    present = {"chromium": False, "postgresql": True, "haproxy": True, "wrk": True}
+    present = {"chromium": False, "postgresql": True, "haproxy": True, "wrk": True, "libsqlite3-dev": True}
     monkeypatch.setattr(
         prerequisites,
         "DEBIAN",
