@@ -40,7 +40,7 @@ const DEADLINE_STEPS: i32 = 1000;
 
 /// The store's statements, each with `?` parameters in the order given below.
 pub struct Statements {
-    /// The generation id and creation time of a chat's audit (tenant, chat id).
+    /// A chat's audit (tenant, chat id): its tenant, chat id, generation id and creation time.
     pub current_audit: String,
     /// A generation (its parameters as the record gives them); changes no row when another chat
     /// uses the generation id.
@@ -178,7 +178,7 @@ impl GroupWriter {
                 Some(now) => now.clone(),
                 None => tx
                     .prepare_cached(&statements.current_audit)?
-                    .query_row([chat.0, chat.1], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .query_row([chat.0, chat.1], |row| Ok((row.get(2)?, row.get(3)?)))
                     .optional()?,
             };
             if now != audit.made_on {
@@ -342,10 +342,11 @@ mod tests {
 
     fn statements() -> Statements {
         Statements {
-            current_audit: "SELECT g.generation_id, g.created_ms FROM audits a JOIN generations g \
+            current_audit:
+                "SELECT a.tenant, a.chat_id, g.generation_id, g.created_ms FROM audits a JOIN generations g \
                 ON g.tenant = a.tenant AND g.generation_id = a.generation_id \
                 WHERE a.tenant = ? AND a.chat_id = ?"
-                .into(),
+                    .into(),
             generation: "INSERT INTO generations VALUES (?, ?, ?, ?) ON CONFLICT (tenant, generation_id) \
                 DO UPDATE SET created_ms = excluded.created_ms WHERE generations.chat_id = excluded.chat_id"
                 .into(),

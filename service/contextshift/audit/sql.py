@@ -124,11 +124,8 @@ _CURRENT_AUDITS = (
     "SELECT a.tenant, a.chat_id, g.generation_id, g.created_ms FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE (a.tenant, a.chat_id) IN (VALUES {})"
 )
-# The key (`AuditKey`) of one chat's audit (tenant, chat id).
-CURRENT_AUDIT = (
-    "SELECT g.generation_id, g.created_ms FROM audits a JOIN generations g "
-    "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
-)
+# `_CURRENT_AUDITS` of one chat (tenant, chat id).
+CURRENT_AUDIT = _CURRENT_AUDITS.format("(?, ?)")
 # A page of a tenant's chats, newest first (`Store.chats`): the audits through their index on
 # (tenant, created_ms, chat_id, ...), which holds every audit column read, each joined to its
 # generation by its primary key. `CHATS_AFTER` starts after a chat: its first condition bounds the
