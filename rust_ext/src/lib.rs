@@ -16,9 +16,9 @@ mod conversation;
 mod convert;
 mod counting;
 mod decisions;
+mod group_writers;
 mod objects;
 mod recent_dicts;
-mod sqlite_writer;
 mod stored;
 mod wire;
 
@@ -63,7 +63,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(block_cache_stats, m)?)?;
     m.add_function(wrap_pyfunction!(configure_block_cache, m)?)?;
     m.add_class::<stored::PyStoredBlocks>()?;
-    m.add_class::<sqlite_writer::PySqliteGroupWriter>()?;
+    m.add_class::<group_writers::PySqliteGroupWriter>()?;
+    m.add_class::<group_writers::PyPostgresGroupWriter>()?;
     m.add_function(wrap_pyfunction!(stored::store_messages, m)?)?;
     m.add_function(wrap_pyfunction!(stored::rebuild_messages, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;

@@ -16,6 +16,7 @@ __all__ = [
     "Counts",
     "Layout",
     "Plan",
+    "PostgresGroupWriter",
     "ProfileDescription",
     "SqliteGroupWriter",
     "StoredBlocks",
@@ -217,6 +218,7 @@ _SqlParam: TypeAlias = int | str | bytes | None
 _GroupAudit: TypeAlias = tuple[
     str,
     str,
+    str,
     tuple[str, int] | None,
     tuple[str, int],
     Sequence[_SqlParam],
@@ -236,6 +238,22 @@ class SqliteGroupWriter:
         room: tuple[Path, Path, int, int] | None,
         bound_seconds: float | None,
     ) -> SqliteGroupWriter: ...
+    def fileno(self) -> int: ...
+    def submit(self, token: int, record: tuple[Sequence[_SqlParam], _GroupAudit | None, int]) -> bool: ...
+    def finished(self) -> tuple[list[tuple[int, Exception | bool | None]], list[tuple[int, float]]]: ...
+    def stop(self) -> None: ...
+
+@final
+class PostgresGroupWriter:
+    """A connection of the core's own to a PostgreSQL store, on a thread of its own, that commits
+    groups of shift records (contextshift.audit.postgres)."""
+    def __new__(
+        cls,
+        conninfo: str,
+        statements: tuple[str, str, str, str, str],
+        lock: str,
+        bound_seconds: float | None,
+    ) -> PostgresGroupWriter: ...
     def fileno(self) -> int: ...
     def submit(self, token: int, record: tuple[Sequence[_SqlParam], _GroupAudit | None, int]) -> bool: ...
     def finished(self) -> tuple[list[tuple[int, Exception | bool | None]], list[tuple[int, float]]]: ...

@@ -12,6 +12,7 @@ from contextshift._core import (
     Counts,
     Layout,
     Plan,
+    PostgresGroupWriter,
     ProfileDescription,
     SqliteGroupWriter,
     StoredBlocks,
@@ -36,12 +37,13 @@ from contextshift._core import (
 # Part of an encoded message for `encode_pieces`: bytes as they are, or `(field_number, pieces)`
 # for a length-delimited field made of them.
 Piece: TypeAlias = "bytes | tuple[int, Sequence[Piece]]"
-# A statement's parameter as `SqliteGroupWriter` binds it (a bool as an int, as sqlite3 does).
+# A statement's parameter as the group writers bind it (a bool as an int, as sqlite3 does).
 SqlParam: TypeAlias = int | str | bytes | None
-# A record's audit for `SqliteGroupWriter.submit`: (tenant, chat id, the chat's audit it was made on
-# (None: none), its own audit's key, the audit's parameters, the new segments (hash, data), the
-# hashes of the segments it no longer needs).
+# A record's audit for the group writers' `submit`: (tenant, chat id, the chat's lock key, the
+# chat's audit it was made on (None: none), its own audit's key, the audit's parameters, the new
+# segments (hash, data), the hashes of the segments it no longer needs).
 GroupAudit: TypeAlias = tuple[
+    str,
     str,
     str,
     "tuple[str, int] | None",
@@ -59,6 +61,7 @@ __all__ = [
     "Layout",
     "Piece",
     "Plan",
+    "PostgresGroupWriter",
     "ProfileDescription",
     "SqlParam",
     "SqliteGroupWriter",

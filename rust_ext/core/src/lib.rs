@@ -21,12 +21,15 @@ pub mod json_spans;
 pub mod json_text;
 pub mod parse;
 pub mod plan;
+#[cfg(feature = "postgres")]
+pub mod postgres_group;
 #[cfg(feature = "counting")]
 pub mod profile;
 pub mod reasoning;
 pub mod relevance;
 #[cfg(feature = "sqlite")]
 pub mod sqlite_group;
+pub mod store_group;
 pub mod stored_blocks;
 pub mod tools;
 pub mod verbatim;

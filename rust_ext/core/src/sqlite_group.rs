@@ -1,79 +1,32 @@
-//! The SQLite store's group commits, run outside Python: a thread of its own takes the shift
-//! records handed to it, commits whatever queued as one transaction, and reports each record's
-//! outcome to the event loop through a socket the loop watches. Neither the thread nor the
-//! transaction ever takes the GIL, so the event loop (which makes the records) and the commits run
-//! side by side on two cores, where a Python writer thread traded the GIL with the loop at every
-//! statement and every wake-up (`docs/benchmarks.md`, "Audited path").
+//! The SQLite store's group commits (`store_group`), over a connection of the core's own.
 //!
-//! It writes the common group only, and decides nothing the store's own path (`audit/sql.py`)
-//! would decide differently: each record's generation, and with a chat its audit (checked against
-//! the audit it was made on) and the chat's segments. A group is `Declined`, nothing of it written,
-//! when the disk does not plainly have room for it (the store's path then claims room record by
-//! record) or a check fails (the chat's audit changed, a generation id another chat uses: the
-//! store's path says which record, and why). The statements are the store's own, handed over as
-//! text: this module owns no SQL.
+//! A group is also declined when the disk does not plainly have room for it (the store's path then
+//! claims room record by record).
 //!
 //! It must run over the same SQLite library as the rest of the process (the system's, linked
 //! dynamically): two copies of SQLite in one process do not see each other's POSIX locks, and a
 //! connection closed by one would drop the locks the other holds on the same file.
 
-pub use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
-use std::collections::HashMap;
+use crate::store_group::{made_on_current, AuditWrite, GroupStore, Record, Statements, Value, Written};
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OptionalExtension, ToSql, TransactionBehavior};
 use std::ffi::CString;
-use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::net::UnixStream;
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::io;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Records one transaction takes at most (as the store's Python writer).
-pub const MAX_GROUP: usize = 256;
-/// The thread's name (at most 15 bytes: Linux keeps no more of it, and tools read it there).
-pub const THREAD_NAME: &str = "cs-core-writer";
 /// How many SQLite virtual-machine steps run between two looks at the deadline.
 const DEADLINE_STEPS: i32 = 1000;
 
-/// The store's statements, each with `?` parameters in the order given below.
-pub struct Statements {
-    /// A chat's audit (tenant, chat id): its tenant, chat id, generation id and creation time.
-    pub current_audit: String,
-    /// A generation (its parameters as the record gives them); changes no row when another chat
-    /// uses the generation id.
-    pub generation: String,
-    /// A chat's audit, replacing its last one (its parameters as the record gives them).
-    pub audit: String,
-    /// A segment of a chat's blocks (tenant, chat id, hash, data), unless stored already.
-    pub segment: String,
-    /// A segment of a chat's blocks no longer needed (tenant, chat id, hash).
-    pub delete_segment: String,
-}
-
-/// A chat's audit and what it writes besides.
-pub struct AuditWrite {
-    pub tenant: String,
-    pub chat_id: String,
-    /// The chat's audit the shift was made against (generation id, creation ms); None: none.
-    pub made_on: Option<(String, i64)>,
-    /// The new audit's (generation id, creation ms), current once it is written.
-    pub key: (String, i64),
-    pub row: Vec<Value>,
-    /// (hash, data) of each segment to add.
-    pub new_segments: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Hashes of the segments to delete.
-    pub gone_segments: Vec<Vec<u8>>,
-}
-
-/// One shift's record: its generation and, with a chat, its audit; and the room it claims (the
-/// bytes the store's path would claim for it).
-pub struct Record {
-    pub generation: Vec<Value>,
-    pub audit: Option<AuditWrite>,
-    pub claim: i64,
+impl ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Integer(i) => ValueRef::Integer(*i),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
 }
 
 /// The room a group must plainly find on the disk: its claims, less the slack the store allows,
@@ -112,16 +65,7 @@ fn disk_free(folder: &std::path::Path) -> io::Result<i64> {
     Ok(i64::try_from(bytes).unwrap_or(i64::MAX))
 }
 
-/// What a group's write came to.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Written {
-    /// Every record is committed.
-    Stored,
-    /// Nothing is (see the module's doc).
-    Declined,
-}
-
-/// A connection that writes groups of records.
+/// A connection that writes groups of records (`GroupStore`).
 pub struct GroupWriter {
     connection: Connection,
     statements: Statements,
@@ -147,11 +91,15 @@ impl GroupWriter {
         }
         Ok(GroupWriter { connection, statements, room, bound })
     }
+}
+
+impl GroupStore for GroupWriter {
+    type Failure = Failure;
 
     /// Commits `records` in one write transaction (`BEGIN IMMEDIATE`), or declines them (see
     /// `Written`). An error of SQLite rolls all of them back, as does the deadline
     /// (SQLITE_INTERRUPT).
-    pub fn write(&mut self, records: &[Record]) -> rusqlite::Result<Written> {
+    fn write(&mut self, records: &[Record]) -> Result<Written, Failure> {
         if let Some(room) = &self.room {
             // A disk that cannot say its free space is the store's path's to report.
             if !room.plainly_fits(records.iter().map(|r| r.claim).sum()).unwrap_or(false) {
@@ -164,26 +112,24 @@ impl GroupWriter {
         }
         let statements = &self.statements;
         let tx = self.connection.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // The chats' current audits: read when a chat is first met (no other writer runs while
-        // this transaction holds the write lock), then the ones this group writes.
-        let mut current: HashMap<(&str, &str), Option<(String, i64)>> = HashMap::new();
+        // No other writer runs while this transaction holds the write lock: the audits read here
+        // stay current until it commits. Dropping `tx` on a decline rolls back.
+        let read = |audit: &AuditWrite| {
+            let chat = [&audit.tenant, &audit.chat_id];
+            tx.prepare_cached(&statements.current_audit)?
+                .query_row(chat, |row| Ok((row.get(2)?, row.get(3)?)))
+                .optional()
+        };
+        if !made_on_current(records, read)? {
+            return Ok(Written::Declined);
+        }
         for record in records {
             let generation = rusqlite::params_from_iter(&record.generation);
             if tx.prepare_cached(&statements.generation)?.execute(generation)? == 0 {
-                return Ok(Written::Declined); // the id is another chat's (dropping `tx` rolls back)
+                return Ok(Written::Declined); // the id is another chat's
             }
             let Some(audit) = &record.audit else { continue };
             let chat = (audit.tenant.as_str(), audit.chat_id.as_str());
-            let now = match current.get(&chat) {
-                Some(now) => now.clone(),
-                None => tx
-                    .prepare_cached(&statements.current_audit)?
-                    .query_row([chat.0, chat.1], |row| Ok((row.get(2)?, row.get(3)?)))
-                    .optional()?,
-            };
-            if now != audit.made_on {
-                return Ok(Written::Declined);
-            }
             tx.prepare_cached(&statements.audit)?.execute(rusqlite::params_from_iter(&audit.row))?;
             let mut insert = tx.prepare_cached(&statements.segment)?;
             for (hash, data) in &audit.new_segments {
@@ -193,10 +139,13 @@ impl GroupWriter {
             for hash in &audit.gone_segments {
                 delete.execute(rusqlite::params![chat.0, chat.1, hash])?;
             }
-            current.insert(chat, Some(audit.key.clone()));
         }
         tx.commit()?;
         Ok(Written::Stored)
+    }
+
+    fn panicked() -> Failure {
+        Failure { code: None, message: "the core's group writer panicked".into() }
     }
 }
 
@@ -219,117 +168,11 @@ impl From<rusqlite::Error> for Failure {
     }
 }
 
-/// A record's outcome.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Stored,
-    /// Its group was declined: the store's own path must write it.
-    Declined,
-    Failed(Failure),
-}
-
-/// What the thread has finished since the last look: each record's outcome by its token, and each
-/// group's size and how long its write took.
-#[derive(Default)]
-pub struct Finished {
-    pub records: Vec<(u64, Outcome)>,
-    pub groups: Vec<(usize, Duration)>,
-}
-
-/// A `GroupWriter` on a thread of its own (see the module's doc).
-pub struct WriterThread {
-    queue: Option<Sender<(u64, Record)>>,
-    finished: Arc<Mutex<Finished>>,
-    // Read by the event loop; a byte is written to the other end when `finished` stops being empty.
-    wake: UnixStream,
-    thread: Option<JoinHandle<()>>,
-    // The process that started the thread: a forked child has a copy of this value but not the
-    // thread, and must neither join it nor close its connection.
-    pid: u32,
-}
-
-impl WriterThread {
-    pub fn start(writer: GroupWriter) -> io::Result<Self> {
-        let (wake, waker) = UnixStream::pair()?;
-        wake.set_nonblocking(true)?;
-        waker.set_nonblocking(true)?;
-        let (queue, queued) = mpsc::channel();
-        let finished = Arc::new(Mutex::new(Finished::default()));
-        let shared = Arc::clone(&finished);
-        let thread =
-            std::thread::Builder::new().name(THREAD_NAME.into()).spawn(move || run(writer, &queued, &shared, waker))?;
-        Ok(WriterThread { queue: Some(queue), finished, wake, thread: Some(thread), pid: std::process::id() })
-    }
-
-    /// The socket that becomes readable when records are finished.
-    pub fn wake_fd(&self) -> RawFd {
-        self.wake.as_raw_fd()
-    }
-
-    /// Queues a record under `token`; false when the thread has stopped (nothing queued).
-    pub fn submit(&self, token: u64, record: Record) -> bool {
-        self.queue.as_ref().is_some_and(|queue| queue.send((token, record)).is_ok())
-    }
-
-    /// What is finished (see `Finished`), and the wake-up socket read empty.
-    pub fn finished(&self) -> Finished {
-        let mut buffer = [0u8; 64];
-        while matches!((&self.wake).read(&mut buffer), Ok(n) if n > 0) {}
-        std::mem::take(&mut *lock(&self.finished))
-    }
-
-    /// Writes what is queued, then stops the thread. In a forked child, only forgets it.
-    pub fn stop(&mut self) {
-        self.queue = None;
-        let Some(thread) = self.thread.take() else { return };
-        if std::process::id() == self.pid {
-            let _ = thread.join(); // a panic is caught per group: the thread itself never panics
-        } else {
-            std::mem::forget(thread);
-        }
-    }
-}
-
-impl Drop for WriterThread {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn lock(finished: &Mutex<Finished>) -> MutexGuard<'_, Finished> {
-    finished.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn run(mut writer: GroupWriter, queued: &Receiver<(u64, Record)>, finished: &Mutex<Finished>, mut waker: UnixStream) {
-    while let Ok(first) = queued.recv() {
-        let (mut tokens, mut records) = (vec![first.0], vec![first.1]);
-        while records.len() < MAX_GROUP {
-            let Ok((token, record)) = queued.try_recv() else { break };
-            tokens.push(token);
-            records.push(record);
-        }
-        let started = Instant::now();
-        let outcome = match catch_unwind(AssertUnwindSafe(|| writer.write(&records))) {
-            Ok(Ok(Written::Stored)) => Outcome::Stored,
-            Ok(Ok(Written::Declined)) => Outcome::Declined,
-            Ok(Err(e)) => Outcome::Failed(e.into()),
-            Err(_) => Outcome::Failed(Failure { code: None, message: "the core's group writer panicked".into() }),
-        };
-        let mut done = lock(finished);
-        let was_empty = done.records.is_empty();
-        done.records.extend(tokens.into_iter().map(|token| (token, outcome.clone())));
-        done.groups.push((records.len(), started.elapsed()));
-        drop(done);
-        if was_empty {
-            // Full only when the loop has not read the bytes of earlier wake-ups: woken already.
-            let _ = waker.write(&[1]);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store_group::{Outcome, WriterThread};
+    use std::os::fd::RawFd;
 
     const SCHEMA: &str = "
         CREATE TABLE generations (tenant TEXT, generation_id TEXT, chat_id TEXT, created_ms INTEGER,
@@ -373,6 +216,7 @@ mod tests {
             audit: Some(AuditWrite {
                 tenant: "t".into(),
                 chat_id: chat.into(),
+                lock_key: chat.into(),
                 made_on: made_on.map(|(id, ms)| (id.to_owned(), ms)),
                 key: (id.to_owned(), ms),
                 row: vec![text("t"), text(chat), text(id), Value::Blob(id.as_bytes().to_vec())],
@@ -456,7 +300,7 @@ mod tests {
         w.bound = Some(Duration::ZERO);
         let group: Vec<_> = (0..200).map(|i| record(&format!("c{i}"), &format!("g{i}"), i, None, &[], &[])).collect();
         let error = w.write(&group).unwrap_err();
-        assert_eq!(Failure::from(error).code, Some(9)); // SQLITE_INTERRUPT
+        assert_eq!(error.code, Some(9)); // SQLITE_INTERRUPT
         assert!(rows(&w, "SELECT generation_id FROM generations").is_empty());
     }
 

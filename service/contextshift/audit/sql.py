@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from contextshift import calibration
+from contextshift import calibration, engine
 from contextshift.audit.migrations import LATEST, MIGRATIONS, SCHEMA_TABLE
 from contextshift.audit.store import (
+    DECLINED,
     UNCHECKED,
     AlreadyFinished,
     AuditChanged,
@@ -25,6 +26,7 @@ from contextshift.audit.store import (
     ChatCursor,
     ChatSummary,
     CoreGroups,
+    CoreOutcome,
     Finished,
     Generation,
     GenerationIdInUse,
@@ -43,6 +45,7 @@ from contextshift.audit.store import (
     StoreError,
     StoreFull,
     StoreUnavailable,
+    Unchecked,
     Usage,
     WouldWait,
     audit_key,
@@ -126,6 +129,8 @@ _CURRENT_AUDITS = (
 )
 # `_CURRENT_AUDITS` of one chat (tenant, chat id).
 CURRENT_AUDIT = _CURRENT_AUDITS.format("(?, ?)")
+# The statements the core's group writers run (`SqlCoreGroups`), in their order.
+GROUP_STATEMENTS = (CURRENT_AUDIT, RECORD_GENERATION, INSERT_AUDIT, INSERT_SEGMENTS, DELETE_SEGMENT)
 # A page of a tenant's chats, newest first (`Store.chats`): the audits through their index on
 # (tenant, created_ms, chat_id, ...), which holds every audit column read, each joined to its
 # generation by its primary key. `CHATS_AFTER` starts after a chat: its first condition bounds the
@@ -308,6 +313,63 @@ def generation_params(tenant: str, g: Generation) -> tuple[Any, ...]:
         g.created_ms,
         Status.PENDING.value,
     )
+
+
+class SqlCoreGroups(ABC):
+    """A store's group commits run by the core (`Store.core_groups`), for the group writer
+    (`audit.writer`): a record goes in with a token, and its outcome comes back when the socket
+    (`fileno`) is readable. Used by the process that made it."""
+
+    def __init__(
+        self, store: SqlStore, writer: engine.SqliteGroupWriter | engine.PostgresGroupWriter
+    ) -> None:
+        self._writer = writer
+        self.dialect = store.dialect
+
+    def fileno(self) -> int:
+        return self._writer.fileno()
+
+    def submit(self, token: int, record: ShiftRecord) -> bool:
+        """Queues `record`; False when the core does not write it (an audit not checked against its
+        chat's, or of no chat; or it stopped): the store's own path must."""
+        g = record.generation
+        audit: engine.GroupAudit | None = None
+        if record.audit is not None:
+            if not g.chat_id or isinstance(record.made_on, Unchecked):
+                return False
+            audit = (
+                record.tenant,
+                g.chat_id,
+                chat_key(record.tenant, g.chat_id),
+                record.made_on,
+                audit_key(g),
+                audit_row(record),
+                record.new_segments,
+                record.gone_segments,
+            )
+        return self._writer.submit(token, (generation_params(record.tenant, g), audit, claim_bytes(record)))
+
+    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
+        """The records finished since the last call, by token: None stored, `DECLINED`, or why not
+        (as this store's own writes say it: StoreUnavailable, StoreTimeout); and each group's size
+        and how long it took."""
+        records, groups = self._writer.finished()
+        return [(token, self._outcome(outcome)) for token, outcome in records], groups
+
+    def _outcome(self, outcome: Exception | bool | None) -> CoreOutcome:
+        if outcome is None:
+            return None
+        if isinstance(outcome, bool):  # False: declined
+            return DECLINED
+        return self._failure(outcome)
+
+    @abstractmethod
+    def _failure(self, error: Exception) -> CoreOutcome:
+        """The outcome of a group that failed with `error`, as the store's own writes would say it."""
+
+    def stop(self) -> None:
+        """Writes what is queued, then stops (what it finished is still read)."""
+        self._writer.stop()
 
 
 def _segment_problems(tx: Tx) -> list[str]:

@@ -56,17 +56,11 @@ from typing import Any, TypeVar, cast
 from contextshift import engine
 from contextshift.audit import bounds
 from contextshift.audit.sql import (
-    CURRENT_AUDIT,
-    DELETE_SEGMENT,
-    INSERT_AUDIT,
-    INSERT_SEGMENTS,
-    RECORD_GENERATION,
+    GROUP_STATEMENTS,
     Row,
+    SqlCoreGroups,
     SqlStore,
     Tx,
-    audit_row,
-    claim_bytes,
-    generation_params,
 )
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
@@ -74,13 +68,10 @@ from contextshift.audit.store import (
     CoreGroups,
     CoreOutcome,
     FullCause,
-    ShiftRecord,
     StoreConfigError,
     StoreFull,
     StoreUnavailable,
-    Unchecked,
     WouldWait,
-    audit_key,
 )
 
 T = TypeVar("T")
@@ -99,7 +90,6 @@ FOLD_BUSY_TIMEOUT_MS = 200
 
 
 # The statements of the core's group commits, in `engine.SqliteGroupWriter`'s order.
-_GROUP_STATEMENTS = (CURRENT_AUDIT, RECORD_GENERATION, INSERT_AUDIT, INSERT_SEGMENTS, DELETE_SEGMENT)
 
 
 def disk_free_bytes(folder: Path) -> int:
@@ -249,7 +239,7 @@ class SqliteStore(SqlStore):
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
             writer = engine.SqliteGroupWriter(
-                str(self.path), self._setup(), _GROUP_STATEMENTS, room, self._bound
+                str(self.path), self._setup(), GROUP_STATEMENTS, room, self._bound
             )
         except (sqlite3.Error, OSError) as e:
             raise StoreUnavailable(f"cannot open the SQLite store {self.path}: {e}") from e
@@ -423,64 +413,23 @@ class SqliteStore(SqlStore):
             raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
 
 
-class SqliteCoreGroups:
-    """A SQLite store's group commits run by the core (see the module's doc), for the group writer
-    (`audit.writer`): a record goes in with a token, and its outcome comes back when the socket
-    (`fileno`) is readable. Used by the process that made it."""
+class SqliteCoreGroups(SqlCoreGroups):
+    """A SQLite store's group commits run by the core (see the module's doc)."""
 
     def __init__(self, store: SqliteStore, writer: engine.SqliteGroupWriter) -> None:
-        self._store = store
-        self._writer = writer
-        self.dialect = store.dialect
+        super().__init__(store, writer)
+        self._store: SqliteStore = store
 
-    def fileno(self) -> int:
-        return self._writer.fileno()
-
-    def submit(self, token: int, record: ShiftRecord) -> bool:
-        """Queues `record`; False when the core does not write it (an audit not checked against its
-        chat's, or of no chat; or it stopped): the store's own path must."""
-        g = record.generation
-        audit: engine.GroupAudit | None = None
-        if record.audit is not None:
-            if not g.chat_id or isinstance(record.made_on, Unchecked):
-                return False
-            made_on, key = record.made_on, audit_key(g)
-            audit = (
-                record.tenant,
-                g.chat_id,
-                made_on,
-                key,
-                audit_row(record),
-                record.new_segments,
-                record.gone_segments,
-            )
-        return self._writer.submit(token, (generation_params(record.tenant, g), audit, claim_bytes(record)))
-
-    def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
-        """The records finished since the last call, by token: None stored, `DECLINED`, or why not
-        (as this store's own writes say it: StoreUnavailable, StoreTimeout); and each group's size
-        and how long it took."""
-        records, groups = self._writer.finished()
-        return [(token, self._outcome(outcome)) for token, outcome in records], groups
-
-    def _outcome(self, outcome: Exception | bool | None) -> CoreOutcome:
-        if outcome is None:
-            return None
-        if isinstance(outcome, bool):  # False: declined
-            return DECLINED
+    def _failure(self, error: Exception) -> CoreOutcome:
         bound = self._store._bound
         limit = None if bound is None else bounds.Deadline(0.0, bound, True)
         try:
             with self._store._errors(limit=limit):
-                raise outcome
+                raise error
         except StoreFull:  # the disk ran out under it: the store's own path says which record failed
             return DECLINED
         except Exception as e:
             return e
-
-    def stop(self) -> None:
-        """Writes what is queued, then stops (what it finished is still read)."""
-        self._writer.stop()
 
 
 @contextmanager
