@@ -35,6 +35,22 @@ for within the bound, several at a time on a network that swallows them, so one 
 (`TCP_SETTINGS`, unless the URL sets them), so the kernel itself gives up on a dead peer in
 seconds where nothing bounds the call (the command line's store commands).
 
+The group writer's commits from the event loop run outside Python (`core_groups`): the core's own
+thread and connection (tokio-postgres, `rust_ext/core/src/postgres_group.rs`) take the records the
+loop makes and commit whatever queued as one transaction in three pipelined round trips (as
+`_run_group` does), telling the loop through a socket it watches, never taking the GIL. They write
+the common group only: every audit checked against its chat's, under the chats' advisory locks.
+Whatever this module must decide is declined whole, nothing of it written, and goes to the Python
+writer thread: a check that fails, an error of the database (retried or reported here record by
+record), a connection that cannot be made or broke before its COMMIT (the outage handling above
+says whether the database is down). Only no answer within the bound (StoreTimeout; the groups
+behind it then fail at once until a new connection answers, one tried every 0.25 s) and a
+connection broken with the COMMIT sent (StoreUnavailable: stored or not, nobody can say) fail a
+group there. The core connects with the URL's parameters and libpq's environment (PGHOST, PGUSER,
+PGPASSWORD...) and the TCP settings above, never over TLS: a URL it cannot read as libpq would (TLS
+required, a client certificate, no host) and `max_store_bytes` keep every write here
+(`_core_conninfo`).
+
 Room (`max_store_bytes`): the bytes of the audits' payloads and the history blocks' JSON, kept in
 `store_usage` by triggers on both tables (migration 2), in one row per backend process
 (mod 64) so that concurrent writers do not queue on one counter. A write that adds data reads their
@@ -63,12 +79,15 @@ from psycopg import errors
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from contextshift import engine
 from contextshift.audit import bounds
 from contextshift.audit.sql import (
     AUDIT_COLUMNS,
     AUDIT_UPSERT,
+    GROUP_STATEMENTS,
     RECORD_GENERATION,
     Row,
+    SqlCoreGroups,
     SqlStore,
     Tx,
     audit_params,
@@ -77,6 +96,8 @@ from contextshift.audit.sql import (
 )
 from contextshift.audit.store import (
     CLAIM_SLACK_BYTES,
+    CoreGroups,
+    CoreOutcome,
     FullCause,
     ShiftRecord,
     StoreFull,
@@ -108,6 +129,39 @@ TCP_SETTINGS = {
     "tcp_user_timeout": "10000",
 }
 RETRIES = 3
+# The chats' advisory locks, one statement for them all (the function runs on the array's elements
+# in order).
+LOCK_ALL = "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(?::text[]) AS k"
+# The connection parameters the core's writer (tokio-postgres) reads, by libpq's name: its name for
+# each, and the values it takes where it does not take every value libpq does. Any other parameter
+# (a client certificate, TLS required) leaves the store's writes to its own path.
+_CORE_PARAMETERS = {
+    "host": "host",
+    "hostaddr": "hostaddr",
+    "port": "port",
+    "user": "user",
+    "password": "password",
+    "dbname": "dbname",
+    "options": "options",
+    "application_name": "application_name",
+    "connect_timeout": "connect_timeout",
+    "keepalives": "keepalives",
+    "keepalives_idle": "keepalives_idle",
+    "keepalives_interval": "keepalives_interval",
+    "keepalives_count": "keepalives_retries",
+    "tcp_user_timeout": "tcp_user_timeout",  # libpq's milliseconds, tokio-postgres's seconds
+    "sslmode": "sslmode",
+    "target_session_attrs": "target_session_attrs",
+}
+_CORE_SSLMODES = {"disable", "allow", "prefer"}  # the core's connections are never TLS
+# libpq's environment variables the core's writer reads as libpq would, where the URL is silent.
+_CORE_ENVIRONMENT = {
+    "host": "PGHOST",
+    "port": "PGPORT",
+    "user": "PGUSER",
+    "password": "PGPASSWORD",
+    "dbname": "PGDATABASE",
+}
 # A shift's generation and its audit in one statement (one round trip, atomic on its own; the
 # foreign key is checked at its end, when the generation row exists): no audit row when the
 # generation id belongs to another chat.
@@ -208,6 +262,34 @@ def _tcp_settings(url: str) -> dict[str, str]:
     return {key: value for key, value in TCP_SETTINGS.items() if key not in given}
 
 
+def _numbered(statement: str) -> str:
+    """`?` placeholders as PostgreSQL's own `$1`, `$2`... (no statement here contains `?` otherwise)."""
+    pieces = statement.split("?")
+    return pieces[0] + "".join(f"${at}{piece}" for at, piece in enumerate(pieces[1:], start=1))
+
+
+def _core_conninfo(conninfo: str) -> str | None:
+    """The store's connection parameters as the core's writer reads them (`_CORE_PARAMETERS`), with
+    libpq's environment where they are silent; None when it cannot connect as libpq would (a
+    parameter it does not know, TLS required, no host or user)."""
+    given = conninfo_to_dict(conninfo)
+    for name, variable in _CORE_ENVIRONMENT.items():
+        if name not in given and variable in os.environ:
+            given[name] = os.environ[variable]
+    if any(name not in _CORE_PARAMETERS for name in given) or "host" not in given or "user" not in given:
+        return None
+    if given.get("sslmode", "prefer") not in _CORE_SSLMODES:
+        return None
+    if "tcp_user_timeout" in given:
+        given["tcp_user_timeout"] = str(math.ceil(int(str(given["tcp_user_timeout"])) / 1000))
+    return " ".join(f"{_CORE_PARAMETERS[name]}={_quoted(str(value))}" for name, value in given.items())
+
+
+def _quoted(value: str) -> str:
+    """A `key=value` connection string's value, quoted as libpq (and tokio-postgres) read it."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 class _Tx:
     def __init__(self, connection: psycopg.Connection[Row], claim: Callable[[_Tx, int], None]) -> None:
         self.connection = connection
@@ -232,11 +314,8 @@ class _Tx:
         self.lock_all([key])
 
     def lock_all(self, keys: Sequence[str]) -> None:
-        if keys:  # one statement: the function runs on the array's elements in order
-            self.rows(
-                "SELECT pg_advisory_xact_lock(hashtextextended(k, 0)) FROM unnest(?::text[]) AS k",
-                (list(keys),),
-            )
+        if keys:
+            self.rows(LOCK_ALL, (list(keys),))
 
     def claim(self, nbytes: int) -> None:
         self._claim(self, nbytes)
@@ -414,6 +493,24 @@ class PostgresStore(SqlStore):
     def ping(self) -> None:
         self._query("SELECT 1", ())
 
+    def core_groups(self) -> CoreGroups | None:
+        """Group commits outside Python for this process, over a connection of the core's own
+        (`rust_ext/core/src/postgres_group.rs`); None with `max_store_bytes` (whose room only this
+        module's claims count), or connection parameters the core cannot read (`_core_conninfo`)."""
+        conninfo = _core_conninfo(self._conninfo)
+        if self._max_bytes is not None or conninfo is None:
+            return None
+        statements = cast(tuple[str, str, str, str, str], tuple(map(_numbered, GROUP_STATEMENTS)))
+        try:
+            writer = engine.PostgresGroupWriter(conninfo, statements, _numbered(LOCK_ALL), self._bound)
+        except ValueError as e:
+            log.warning(
+                "the store's writes stay in Python",
+                extra={"fields": {"store": self.description, "why": str(e)}},
+            )
+            return None
+        return PostgresCoreGroups(self, writer)
+
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T:
         return self._on_connection(work, transaction=True)
 
@@ -578,3 +675,21 @@ class PostgresStore(SqlStore):
             self._epoch += 1  # a connection attempt under way discards what it opens
         if pool is not None and pool[0] == os.getpid():
             pool[1].close()
+
+
+class PostgresCoreGroups(SqlCoreGroups):
+    """A PostgreSQL store's group commits run by the core (`PostgresStore.core_groups`). What the
+    core cannot say better than the store's own path, it declines: the store's path writes it
+    (see `rust_ext/core/src/postgres_group.rs`)."""
+
+    def __init__(self, store: PostgresStore, writer: engine.PostgresGroupWriter) -> None:
+        super().__init__(store, writer)
+        self._store: PostgresStore = store
+
+    def _failure(self, error: Exception) -> CoreOutcome:
+        if isinstance(error, TimeoutError):
+            bound = self._store._bound
+            return bounds.Deadline(0.0, bound, True).timed_out(self._store.description)
+        if isinstance(error, ConnectionError):
+            return StoreUnavailable(f"PostgreSQL store at {redacted(self._store._url)}: {error}")
+        return error

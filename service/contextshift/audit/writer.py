@@ -11,11 +11,11 @@ never queue for the write lock one by one.
 A call's `done` comes only after the transaction that stored its record committed: a reply sent
 from it is never lost to a crash of the process after it (SQLite's WAL, PostgreSQL's commit).
 
-Where the store commits groups outside Python (`Store.core_groups`: SQLite), a record written from
-the event loop is made there at once and handed to them instead: their own thread commits it with
-whatever else queued, without the GIL, and the loop reads the outcomes when their socket says so,
-and calls each `done` there. The Python thread then only writes what they decline (see
-`contextshift.audit.sqlite`) and what is written from other threads or loops.
+Where the store commits groups outside Python (`Store.core_groups`: SQLite and PostgreSQL), a record
+written from the event loop is made there at once and handed to them instead: their own thread
+commits it with whatever else queued, without the GIL, and the loop reads the outcomes when their
+socket says so, and calls each `done` there. The Python thread then only writes what they decline (see
+`contextshift.audit.sqlite` and `.postgres`) and what is written from other threads or loops.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ log = logging.getLogger("contextshift.store")
 # Records one transaction takes at most (the calls a process has in flight are bounded anyway).
 MAX_GROUP = 256
 # The writer thread's name (benchmarks/audit_cost.py reads its CPU by it), and the name of the
-# core's thread that commits a SQLite store's groups (rust_ext/core/src/sqlite_group.rs).
+# core's thread that commits a store's groups (rust_ext/core/src/store_group.rs).
 WRITER_THREAD = "contextshift-writer"
 CORE_WRITER_THREAD = "cs-core-writer"
 # None: the record is stored; else why not (a StoreError, or what making the record raised).
