@@ -12,6 +12,7 @@ import os
 import selectors
 import sqlite3
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -228,6 +229,38 @@ def test_records_written_on_the_event_loop_are_committed_by_the_core_and_told_th
     assert outcomes == {"a-g0": None, "b-g0": None, "b-g1": None}
     stored = sqlite_store.audit("t", "b")
     assert stored is not None and stored.generation.generation_id == "b-g1"
+    writer.close()
+
+
+def test_records_written_on_a_thread_for_a_call_on_the_loop_are_handed_to_the_loop_and_the_core(
+    sqlite_store: SqliteStore,
+) -> None:
+    writer = GroupWriter(sqlite_store)
+    outcomes: dict[str, WriteOutcome] = {}
+    told_on: list[int] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+
+        def done(outcome: WriteOutcome) -> None:
+            told_on.append(threading.get_ident())
+            outcomes["a"] = outcome
+
+        made_on: list[int] = []
+
+        def make() -> ShiftRecord:
+            made_on.append(threading.get_ident())
+            return turns("a", 1)[0]
+
+        await loop.run_in_executor(None, lambda: writer.write(make, done, loop))
+        while not outcomes:
+            await asyncio.sleep(0.01)
+        assert made_on != [threading.get_ident()]  # made on the thread, not on the loop
+        assert told_on == [threading.get_ident()]  # told on the loop
+        assert writer._thread is None  # committed by the core: the Python thread never started
+
+    asyncio.run(scenario())
+    assert outcomes == {"a": None}
     writer.close()
 
 

@@ -14,8 +14,10 @@ from it is never lost to a crash of the process after it (SQLite's WAL, PostgreS
 Where the store commits groups outside Python (`Store.core_groups`: SQLite and PostgreSQL), a record
 written from the event loop is made there at once and handed to them instead: their own thread
 commits it with whatever else queued, without the GIL, and the loop reads the outcomes when their
-socket says so, and calls each `done` there. The Python thread then only writes what they decline (see
-`contextshift.audit.sqlite` and `.postgres`) and what is written from other threads or loops.
+socket says so, and calls each `done` there. A record written from a thread, for a call that waits on
+the event loop, is made on the thread and handed to that loop, which writes it so. The Python
+thread then only writes what they decline (see `contextshift.audit.sqlite` and `.postgres`) and
+what is written from other loops or with no loop to wait on.
 """
 
 from __future__ import annotations
@@ -80,12 +82,24 @@ class GroupWriter:
         self._inherited: list[_Core] = []
         self._tokens = itertools.count()
 
-    def write(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
+    def write(
+        self,
+        make: Callable[[], ShiftRecord | None],
+        done: Callable[[WriteOutcome], None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         """Stores the record `make()` gives, on the writer thread, in the next group; then calls
         `done` there with None (stored) or why not (a StoreError, or what `make` raised). When
         `make` returns None (its call gave up before the write) nothing is stored, and `done` is
         not called. From the event loop, over a store that commits groups outside Python, `make`
-        runs at once and `done` later on the loop (see the module's doc)."""
+        runs at once and `done` later on the loop (see the module's doc); from a thread, with the
+        event `loop` its call waits on, `make` runs at once and the record is handed to that loop,
+        which writes it so."""
+        core = self._core
+        no_core = core is not None and core.pid == os.getpid() and core.groups is None
+        if loop is not None and not no_core and _running_loop() is None:
+            self._write_on(loop, make, done)
+            return
         core = self._core_here()
         if core is None or core.groups is None:
             self._put(make, done)
@@ -103,6 +117,31 @@ class GroupWriter:
             del core.waiting[token]
             self._put(_made(record), done)
 
+    def _write_on(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        make: Callable[[], ShiftRecord | None],
+        done: Callable[[WriteOutcome], None],
+    ) -> None:
+        """`write` of a record made here (a thread), handed to `loop`: on a store that commits
+        groups outside Python, that costs the loop a wake-up where the writer thread would trade
+        the GIL with it at every statement (cold chats over PostgreSQL, whose shifts read the store
+        on a thread: docs/benchmarks.md, "Audited path")."""
+        try:
+            record = make()
+        except Exception as e:  # a bug in making it: that call fails
+            _settle(done, e)
+            return
+        if record is None:
+            return
+        if loop.is_running():
+            try:
+                loop.call_soon_threadsafe(self.write, _made(record), done)
+                return
+            except RuntimeError:  # closed meanwhile (the server stopped)
+                pass
+        self._put(_made(record), done)
+
     def _put(self, make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> None:
         """`write` on the writer thread."""
         if not _started_here(self._thread):
@@ -112,9 +151,8 @@ class GroupWriter:
     def _core_here(self) -> _Core | None:
         """This process's group commits outside Python, for a write from here: None on a thread,
         or on another event loop than the one they are read on (the first loop that asks)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # on a thread
+        loop = _running_loop()
+        if loop is None:  # on a thread
             return None
         core = self._core
         if core is None or core.pid != os.getpid():
@@ -170,11 +208,7 @@ class GroupWriter:
             stopped.set()
 
         stopped = threading.Event()
-        try:
-            on_loop = asyncio.get_running_loop() is loop
-        except RuntimeError:
-            on_loop = False
-        if on_loop or not loop.is_running():
+        if _running_loop() is loop or not loop.is_running():
             stop()
         else:
             loop.call_soon_threadsafe(stop)
@@ -217,6 +251,13 @@ def _started_here(started: _Started | None) -> TypeGuard[_Started]:
     """Whether `started` is this process's writer thread: a forked child inherits its parent's
     pair but not the thread, and starts its own."""
     return started is not None and started[0] == os.getpid()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _made(record: ShiftRecord) -> Callable[[], ShiftRecord]:

@@ -15,11 +15,12 @@ watched. Two exceptions:
   to its time limit) never runs on the loop, and runs on the I/O threads, not the engine threads.
 
 A record to store (a shift's generation and audit) goes to the process's group writer
-(`audit.writer`): from a thread at once, from the loop at the end of the loop's pass, with every
-record the pass made, so the writer wakes once for them, not once for each. The call's future is
-settled once the record's group is committed: on the loop, when the store commits groups outside
-Python (SQLite: the loop reads their outcomes); else from the writer thread, the futures settled
-since the loop last woke in one wake-up.
+(`audit.writer`): from a thread at once (made there, and handed to the call's loop when the store
+commits groups outside Python), from the loop at the end of the loop's pass, with every record the
+pass made, so the writer wakes once for them, not once for each. The call's future is settled once
+the record's group is committed: on the loop, when the store commits groups outside Python (SQLite,
+PostgreSQL: the loop reads their outcomes); else from the writer thread, the futures settled since
+the loop last woke in one wake-up.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ class Placement:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # on a thread
-            self._writer.write(make, stored)
+            self._writer.write(make, stored, done.get_loop())
             return
         passing = self._passing.get(loop)
         if passing is None:  # the pass's first: handed over after the callbacks already due
