@@ -1,8 +1,9 @@
-"""The SQLite store's group commits outside Python (`SqliteStore.core_groups`, the core's
-`sqlite_group`): the common group written as the store's own path writes it, everything that path
-must decide declined to it, SQLite's errors read as the store reads its own; and the group writer
-using them from the event loop, with the Python thread writing what they decline. Over real SQLite
-files, with the core's real thread and socket."""
+"""The stores' group commits outside Python (`Store.core_groups`, the core's `store_group`): the
+common group written as the store's own path writes it, everything that path must decide declined
+to it, SQLite's errors read as the store reads its own; and the group writer using them from the
+event loop, with the Python thread writing what they decline. Over real SQLite files and a real
+PostgreSQL (what is PostgreSQL's alone: test_core_groups_postgres.py), with the core's real thread
+and socket."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ import selectors
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+from postgres_cluster import Cluster
 from test_store import generation
 
 from contextshift import _core
+from contextshift.audit.postgres import PostgresStore
+from contextshift.audit.sql import SqlStore
 from contextshift.audit.sqlite import SqliteCoreGroups, SqliteStore
 from contextshift.audit.store import (
     DECLINED,
@@ -35,7 +40,25 @@ from contextshift.audit.store import (
 from contextshift.audit.writer import GroupWriter, WriteOutcome
 
 
-def core_groups(store: SqliteStore) -> CoreGroups:
+def fresh_store(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> SqlStore:
+    """A migrated store of its own."""
+    if backend == "sqlite":
+        opened: SqlStore = SqliteStore(tmp_path / f"{backend}-{len(list(tmp_path.iterdir()))}.db")
+    else:
+        cluster: Cluster = request.getfixturevalue("postgres")
+        opened = PostgresStore(cluster.new_database())
+    opened.migrate()
+    return opened
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SqlStore]:
+    opened = fresh_store(request.param, tmp_path, request)
+    yield opened
+    opened.close()
+
+
+def core_groups(store: SqlStore) -> CoreGroups:
     groups = store.core_groups()
     assert groups is not None
     return groups
@@ -85,37 +108,32 @@ def turns(chat_id: str, n: int) -> list[ShiftRecord]:
     return records
 
 
-def tables(store: SqliteStore) -> list[list[tuple[object, ...]]]:
-    connection = sqlite3.connect(store.path)
-    try:
-        return [
-            connection.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
-            for table in ("generations", "audits", "audit_segments")
-        ]
-    finally:
-        connection.close()
+def tables(store: SqlStore) -> list[list[tuple[object, ...]]]:
+    return [
+        [tuple(row) for row in store._query(f"SELECT * FROM {table} ORDER BY 1, 2", ())]
+        for table in ("generations", "audits", "audit_segments")
+    ]
 
 
 def test_the_core_writes_a_group_as_the_stores_own_path_does(
-    sqlite_store: SqliteStore, tmp_path: Path
+    store: SqlStore, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     records = turns("a", 3) + turns("b", 2)
     chatless = ShiftRecord("t", generation("no-chat", chat_id=""), None)
-    groups = core_groups(sqlite_store)
+    groups = core_groups(store)
     assert committed(groups, records[:2]) == [None, None]
     assert committed(groups, [*records[2:], chatless]) == [None] * 4
     groups.stop()
-    own = SqliteStore(tmp_path / "own.db")
-    own.migrate()
+    own = fresh_store(store.dialect, tmp_path, request)
     assert own.record_shifts(records[:2]) == [None, None]
     assert own.record_shifts([*records[2:], chatless]) == [None] * 4
-    assert tables(sqlite_store) == tables(own)
+    assert tables(store) == tables(own)
     own.close()
 
 
-def test_the_core_declines_what_the_stores_own_path_must_decide(sqlite_store: SqliteStore) -> None:
+def test_the_core_declines_what_the_stores_own_path_must_decide(store: SqlStore) -> None:
     """Declined with nothing written (a group whole: rust_ext/core/src/sqlite_group.rs's tests)."""
-    groups = core_groups(sqlite_store)
+    groups = core_groups(store)
     first, second = turns("a", 2)
     assert committed(groups, [first]) == [None]
     # Made against no audit, while the chat has one.
@@ -126,13 +144,13 @@ def test_the_core_declines_what_the_stores_own_path_must_decide(sqlite_store: Sq
         turns("c", 1)[0], generation=replace(second.generation, generation_id="a-g0", chat_id="c")
     )
     assert committed(groups, [taken]) == [DECLINED]
-    assert sqlite_store.audit("t", "c") is None
-    stored = sqlite_store.audit("t", "a")
+    assert store.audit("t", "c") is None
+    stored = store.audit("t", "a")
     assert stored is not None and stored.generation.generation_id == "a-g0"
     # Not taken at all: an audit not checked against its chat's.
     assert not groups.submit(99, replace(second, made_on=UNCHECKED))
     # Written by the store's own path, which says why.
-    (changed,) = sqlite_store.record_shifts([stale])
+    (changed,) = store.record_shifts([stale])
     assert isinstance(changed, AuditChanged)
     groups.stop()
     assert not groups.submit(100, second)  # stopped: nothing queued
@@ -204,9 +222,9 @@ def told(outcomes: dict[str, WriteOutcome], chat_id: str) -> Callable[[WriteOutc
 
 
 def test_records_written_on_the_event_loop_are_committed_by_the_core_and_told_there(
-    sqlite_store: SqliteStore,
+    store: SqlStore,
 ) -> None:
-    writer = GroupWriter(sqlite_store)
+    writer = GroupWriter(store)
     outcomes: dict[str, WriteOutcome] = {}
     a, b = turns("a", 1), turns("b", 2)
 
@@ -227,15 +245,15 @@ def test_records_written_on_the_event_loop_are_committed_by_the_core_and_told_th
     asyncio.run(scenario())
     assert outcomes.pop("stale").__class__ is AuditChanged
     assert outcomes == {"a-g0": None, "b-g0": None, "b-g1": None}
-    stored = sqlite_store.audit("t", "b")
+    stored = store.audit("t", "b")
     assert stored is not None and stored.generation.generation_id == "b-g1"
     writer.close()
 
 
 def test_records_written_on_a_thread_for_a_call_on_the_loop_are_handed_to_the_loop_and_the_core(
-    sqlite_store: SqliteStore,
+    store: SqlStore,
 ) -> None:
-    writer = GroupWriter(sqlite_store)
+    writer = GroupWriter(store)
     outcomes: dict[str, WriteOutcome] = {}
     told_on: list[int] = []
 

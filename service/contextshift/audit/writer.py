@@ -104,11 +104,7 @@ class GroupWriter:
         if core is None or core.groups is None:
             self._put(make, done)
             return
-        try:
-            record = make()
-        except Exception as e:  # a bug in making it: that call fails
-            _settle(done, e)
-            return
+        record = _made_now(make, done)
         if record is None:
             return
         token = next(self._tokens)
@@ -127,11 +123,7 @@ class GroupWriter:
         groups outside Python, that costs the loop a wake-up where the writer thread would trade
         the GIL with it at every statement (cold chats over PostgreSQL, whose shifts read the store
         on a thread: docs/benchmarks.md, "Audited path")."""
-        try:
-            record = make()
-        except Exception as e:  # a bug in making it: that call fails
-            _settle(done, e)
-            return
+        record = _made_now(make, done)
         if record is None:
             return
         if loop.is_running():
@@ -257,6 +249,16 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
+        return None
+
+
+def _made_now(make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> ShiftRecord | None:
+    """`make()`, here; None when its call gave up, or when making it raised (a bug: that call is
+    told)."""
+    try:
+        return make()
+    except Exception as e:
+        _settle(done, e)
         return None
 
 
