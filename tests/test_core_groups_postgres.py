@@ -14,12 +14,13 @@ from dataclasses import replace
 import psycopg
 import pytest
 from postgres_cluster import Cluster
-from test_core_groups import committed, core_groups, turns
+from test_core_groups import committed, core_groups, outcomes_of, turns
 
 from contextshift.audit.postgres import LOCK_ALL, PostgresStore, _core_conninfo, _numbered
 from contextshift.audit.sql import chat_key
 from contextshift.audit.store import (
     DECLINED,
+    AuditRead,
     StoreTimeout,
     StoreUnavailable,
 )
@@ -59,6 +60,17 @@ def test_an_error_of_the_database_declines_the_group_and_the_connection_writes_o
     groups.stop()
 
 
+def test_the_core_reads_a_chats_audit_as_the_store_does(pg_store: PostgresStore) -> None:
+    groups = core_groups(pg_store)
+    assert committed(groups, turns("a", 2)) == [None, None]
+    for token, chat_id in enumerate(["a", "none"]):
+        assert groups.submit_read(token, "t", chat_id)
+    read = outcomes_of(groups, 2)
+    assert read == {0: AuditRead(pg_store.audit("t", "a")), 1: AuditRead(None)}
+    groups.stop()
+    assert not groups.submit_read(2, "t", "a")  # stopped
+
+
 def test_a_database_that_does_not_answer_within_the_bound_fails_the_group_and_those_behind_it(
     pg_url: str,
 ) -> None:
@@ -78,6 +90,9 @@ def test_a_database_that_does_not_answer_within_the_bound_fails_the_group_and_th
             assert 0.4 <= took < 2.0
             (behind,) = committed(groups, turns("b", 1))
             assert isinstance(behind, StoreUnavailable) and "did not answer" in str(behind), behind
+            assert groups.submit_read(7, "t", "a")  # so is a read
+            (unread,) = outcomes_of(groups, 1).values()
+            assert isinstance(unread, StoreUnavailable), unread
     finally:
         holder.close()
     assert store.audit("t", "a") is None and store.audit("t", "b") is None

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_cluster import Cluster
 
 from contextshift._proto.contextshift.v1 import context_service_pb2 as pb
 from contextshift.api.service.gate import begin_call_stats
 from contextshift.api.service.servicer import ContextShiftService
+from contextshift.audit.postgres import PostgresStore
 from contextshift.audit.sql import Row, SqlStore
 from contextshift.audit.sqlite import SqliteStore
+from contextshift.audit.writer import GroupWriter
 from contextshift.budget import Budget
 from contextshift.errors import InvalidOptions
 
@@ -116,6 +119,42 @@ def test_a_chat_not_held_is_read_on_a_thread_where_the_store_cannot_read_at_once
             assert executor.handed == expected
 
     asyncio.run(scenario())
+    store.close()
+
+
+def test_a_chat_not_held_is_read_by_the_stores_core_and_shifted_on_the_loop_over_postgresql(
+    executor: CountingExecutor, postgres: Cluster
+) -> None:
+    """PostgreSQL's reads are round trips: a chat this process does not hold is read by the core's
+    connection while its call waits on the event loop, and shifted there; its write is checked
+    against the audit so read (what another process stored)."""
+    store = PostgresStore(postgres.new_database())
+    store.migrate()
+
+    async def calls(servicer: ContextShiftService, chat_ids: Sequence[str]) -> None:
+        for chat_id in chat_ids:
+            begin_call_stats()
+            request = pb.ShiftContextRequest(blocks_json=blocks_json(100), chat_id=chat_id)
+            await servicer.ShiftContext(request.SerializeToString())
+
+    writers = [GroupWriter(store), GroupWriter(store)]
+    with ThreadPoolExecutor(1) as elsewhere:
+        other = ContextShiftService(
+            elsewhere, Budget(), store, inline_request_bytes=INLINE_BYTES, writer=writers[0]
+        )
+        asyncio.run(calls(other, ["", "c", "c"]))  # another process's shifts of chat c
+    shifted = store.audit("", "c")
+    assert shifted is not None
+    servicer = ContextShiftService(
+        executor, Budget(), store, inline_request_bytes=INLINE_BYTES, writer=writers[1]
+    )
+    asyncio.run(calls(servicer, ["", "c", "d", "c"]))  # the first on a thread (a first use)
+    assert executor.handed == 1
+    stored = store.audit("", "c")
+    assert stored is not None and stored.generation.created_ms > shifted.generation.created_ms
+    assert store.audit("", "d") is not None
+    for writer in writers:
+        writer.close()
     store.close()
 
 

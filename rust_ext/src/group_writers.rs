@@ -8,11 +8,11 @@
 use crate::boundary::{guarded, InternalError};
 use contextshift_core::postgres_group;
 use contextshift_core::sqlite_group::{self, Room};
-use contextshift_core::store_group::{AuditWrite, GroupStore, Outcome, Record, Statements, Value, WriterThread};
+use contextshift_core::store_group::{AuditWrite, GroupStore, Job, Outcome, Record, Statements, Value, WriterThread};
 use pyo3::exceptions::{PyConnectionError, PyMemoryError, PyTimeoutError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
-use pyo3::types::{PyBool, PyBytes, PyInt, PyString};
+use pyo3::types::{PyBool, PyBytes, PyInt, PyString, PyTuple};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -53,7 +53,7 @@ impl<S: GroupStore> Writer<S> {
     }
 
     fn submit(&self, token: u64, record: &Bound<'_, PyAny>) -> PyResult<bool> {
-        guarded(|| Ok(self.lock().submit(token, read_record(record)?)))
+        guarded(|| Ok(self.lock().submit(token, Job::Write(read_record(record)?))))
     }
 
     fn finished(&self, py: Python<'_>, raised: impl Fn(S::Failure) -> PyErr) -> PyResult<FinishedTuple> {
@@ -62,15 +62,16 @@ impl<S: GroupStore> Writer<S> {
             let records = finished
                 .records
                 .into_iter()
-                .map(|(token, outcome)| {
+                .map(|(token, outcome)| -> PyResult<(u64, Py<PyAny>)> {
                     let outcome = match outcome {
                         Outcome::Stored => py.None(),
                         Outcome::Declined => PyBool::new(py, false).to_owned().into_any().unbind(),
                         Outcome::Failed(failure) => raised(failure).into_value(py).into_any(),
+                        Outcome::Read(row) => read_row(py, row)?,
                     };
-                    (token, outcome)
+                    Ok((token, outcome))
                 })
-                .collect();
+                .collect::<PyResult<_>>()?;
             let groups = finished.groups.into_iter().map(|(size, took)| (size, took.as_secs_f64())).collect();
             Ok((records, groups))
         })
@@ -82,6 +83,25 @@ impl<S: GroupStore> Writer<S> {
 }
 
 type FinishedTuple = (Vec<(u64, Py<PyAny>)>, Vec<(usize, f64)>);
+
+/// A read's outcome: `(row,)`, the row a tuple of None, int, str and bytes (None: no row).
+fn read_row(py: Python<'_>, row: Option<Vec<Value>>) -> PyResult<Py<PyAny>> {
+    let row = match row {
+        None => py.None(),
+        Some(values) => {
+            let values = values.into_iter().map(|value| -> PyResult<Py<PyAny>> {
+                Ok(match value {
+                    Value::Null => py.None(),
+                    Value::Integer(i) => i.into_pyobject(py)?.into_any().unbind(),
+                    Value::Text(s) => s.into_pyobject(py)?.into_any().unbind(),
+                    Value::Blob(b) => PyBytes::new(py, &b).into_any().unbind(),
+                })
+            });
+            PyTuple::new(py, values.collect::<PyResult<Vec<_>>>()?)?.into_any().unbind()
+        }
+    };
+    Ok(PyTuple::new(py, [row])?.into_any().unbind())
+}
 
 /// One connection to a SQLite store, on a thread of its own, that commits groups of shift records.
 #[pyclass(frozen, name = "SqliteGroupWriter", module = "contextshift._core")]
@@ -149,15 +169,22 @@ pub(crate) struct PyPostgresGroupWriter(Writer<postgres_group::GroupWriter>);
 #[pymethods]
 impl PyPostgresGroupWriter {
     /// Keeps `conninfo` (libpq's `key=value` form, with the keys tokio-postgres knows),
-    /// `statements` (as `SqliteGroupWriter`'s, with `$n` parameters) and `lock` (the chats'
-    /// advisory locks, their keys as one text[] parameter), and starts the thread. A group fails
-    /// past `bound_seconds` (None: none).
+    /// `statements` (as `SqliteGroupWriter`'s, with `$n` parameters), `lock` (the chats' advisory
+    /// locks, their keys as one text[] parameter) and `audit_read` (a chat's audit: tenant, chat
+    /// id), and starts the thread. A group or a read fails past `bound_seconds` (None: none).
     #[new]
-    #[pyo3(signature = (conninfo, statements, lock, bound_seconds))]
-    fn new(conninfo: &str, statements: StatementArgs, lock: String, bound_seconds: Option<f64>) -> PyResult<Self> {
+    #[pyo3(signature = (conninfo, statements, lock, audit_read, bound_seconds))]
+    fn new(
+        conninfo: &str,
+        statements: StatementArgs,
+        lock: String,
+        audit_read: String,
+        bound_seconds: Option<f64>,
+    ) -> PyResult<Self> {
         guarded(|| {
             let bound = bound_seconds.map(Duration::from_secs_f64);
-            let writer = postgres_group::GroupWriter::new(conninfo, self::statements(statements), lock, bound)
+            let statements = self::statements(statements);
+            let writer = postgres_group::GroupWriter::new(conninfo, statements, lock, audit_read, bound)
                 .map_err(|e| PyValueError::new_err(format!("the core's PostgreSQL writer: {e}")))?;
             Ok(PyPostgresGroupWriter(Writer::start(writer)?))
         })
@@ -169,6 +196,12 @@ impl PyPostgresGroupWriter {
 
     fn submit(&self, token: u64, record: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.0.submit(token, record)
+    }
+
+    /// Queues a read of a chat's audit under `token` (`(tenant, chat_id)`): its outcome is `(row,)`
+    /// (None: no audit), False declined (the store's own path must read it), or why it failed.
+    fn submit_read(&self, token: u64, chat: (String, String)) -> PyResult<bool> {
+        guarded(|| Ok(self.0.lock().submit(token, Job::Read(vec![Value::Text(chat.0), Value::Text(chat.1)]))))
     }
 
     fn finished(&self, py: Python<'_>) -> PyResult<FinishedTuple> {

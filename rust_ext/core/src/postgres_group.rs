@@ -14,8 +14,12 @@
 //! (stored or not, nobody can say). A bound passed means the database does not answer, as the
 //! store's path reads it: until a new connection is made, groups fail at once (one attempt every
 //! `RETRY`, within the bound), where each would otherwise wait out the bound in turn.
+//!
+//! A chat's audit is read here too, for a shift the event loop would otherwise send to a thread
+//! (the store's Python reads block): the reads queued together in one round trip, each planned at
+//! its use (a join). One that fails is declined: the store's path reads it, and says why.
 
-use crate::store_group::{made_on_current, AuditWrite, GroupStore, Record, Statements, Value, Written};
+use crate::store_group::{made_on_current, AuditWrite, GroupStore, Record, Row, Statements, Value, Written};
 use bytes::BytesMut;
 use futures_util::future::{try_join3, try_join_all, BoxFuture};
 use std::cell::Cell;
@@ -76,6 +80,8 @@ pub struct GroupWriter {
     statements: Statements,
     /// The chats' advisory locks (one parameter: their keys, as text[]).
     lock: String,
+    /// A chat's audit (tenant, chat id): the row the store's path reads.
+    audit_read: String,
     bound: Option<Duration>,
     runtime: Runtime,
     session: Option<Session>,
@@ -98,16 +104,48 @@ struct Session {
 
 impl GroupWriter {
     /// A writer to the database `conninfo` names (connected when its first group comes). A group
-    /// takes `lock` (see the field) and fails past `bound` (None: none).
+    /// takes `lock`, a read runs `audit_read` (see the fields), and either fails past `bound`
+    /// (None: none).
     pub fn new(
         conninfo: &str,
         statements: Statements,
         lock: String,
+        audit_read: String,
         bound: Option<Duration>,
     ) -> Result<Self, Box<dyn StdError + Send + Sync>> {
         let config: Config = conninfo.parse()?;
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
-        Ok(GroupWriter { config, statements, lock, bound, runtime, session: None, retry_at: None, down: None })
+        Ok(GroupWriter {
+            config,
+            statements,
+            lock,
+            audit_read,
+            bound,
+            runtime,
+            session: None,
+            retry_at: None,
+            down: None,
+        })
+    }
+
+    /// A live session for work starting now (and its deadline), or why not (`unconnected`).
+    fn start(&mut self) -> Result<Option<Instant>, Result<Written, Failure>> {
+        let started = Instant::now();
+        let deadline = self.bound.map(|bound| started + bound);
+        if self.retry_at.is_some_and(|at| started < at) || !self.connected(deadline) {
+            return Err(self.unconnected());
+        }
+        self.down = None;
+        Ok(deadline)
+    }
+
+    /// No answer within the bound: the connection dropped, the database taken for down.
+    fn timed_out(&mut self) -> Failure {
+        self.dropped();
+        let bound = self.bound.unwrap_or_default().as_secs_f64();
+        let why = format!("PostgreSQL did not answer within the store's bound of {bound:.3} s");
+        self.down = Some((why.clone(), Instant::now()));
+        Failure::TimedOut(why)
     }
 
     /// Runs `work` on the runtime, within `deadline` if any; None past it.
@@ -197,7 +235,34 @@ async fn open(config: &Config, statements: &Statements, lock: &str) -> Result<Se
     Ok(Session { client, generation, audit, segment, delete_segment, lock, connection })
 }
 
+/// A read's row as values (a boolean as an integer, as the store's SQLite rows have it).
+fn row_values(row: &tokio_postgres::Row) -> Result<Vec<Value>, tokio_postgres::Error> {
+    (0..row.len())
+        .map(|at| {
+            let value = match *row.columns()[at].type_() {
+                Type::BOOL => row.try_get::<_, Option<bool>>(at)?.map(|b| Value::Integer(i64::from(b))),
+                Type::INT2 => row.try_get::<_, Option<i16>>(at)?.map(|i| Value::Integer(i64::from(i))),
+                Type::INT4 => row.try_get::<_, Option<i32>>(at)?.map(|i| Value::Integer(i64::from(i))),
+                Type::BYTEA => row.try_get::<_, Option<Vec<u8>>>(at)?.map(Value::Blob),
+                Type::INT8 => row.try_get::<_, Option<i64>>(at)?.map(Value::Integer),
+                _ => row.try_get::<_, Option<String>>(at)?.map(Value::Text),
+            };
+            Ok(value.unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
 impl Session {
+    /// Each read's first row, in one round trip.
+    async fn read(&self, statement: &str, reads: &[Vec<Value>]) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let reads = reads.iter().map(|params| async move {
+            let typed: Vec<(&(dyn ToSql + Sync), Type)> = params.iter().map(|p| (p as _, Type::TEXT)).collect();
+            let rows = self.client.query_typed(statement, &typed).await?;
+            rows.first().map(row_values).transpose()
+        });
+        try_join_all(reads).await
+    }
+
     /// The group's transaction (see the module's doc); `commit_sent` is set once COMMIT is.
     async fn write(
         &self,
@@ -269,12 +334,10 @@ impl GroupStore for GroupWriter {
     type Failure = Failure;
 
     fn write(&mut self, records: &[Record]) -> Result<Written, Failure> {
-        let started = Instant::now();
-        let deadline = self.bound.map(|bound| started + bound);
-        if self.retry_at.is_some_and(|at| started < at) || !self.connected(deadline) {
-            return self.unconnected();
-        }
-        self.down = None;
+        let deadline = match self.start() {
+            Ok(deadline) => deadline,
+            Err(unconnected) => return unconnected,
+        };
         let session = self.session.as_ref().expect("connected");
         let commit_sent = Cell::new(false);
         let work = session.write(&self.statements, records, &commit_sent);
@@ -282,13 +345,7 @@ impl GroupStore for GroupWriter {
         let closed = session.client.is_closed();
         match done {
             Some(Ok(written)) => Ok(written),
-            None => {
-                self.dropped();
-                let bound = self.bound.unwrap_or_default().as_secs_f64();
-                let why = format!("PostgreSQL did not answer within the store's bound of {bound:.3} s");
-                self.down = Some((why.clone(), Instant::now()));
-                Err(Failure::TimedOut(why))
-            }
+            None => Err(self.timed_out()),
             Some(Err(e)) if closed && commit_sent.get() => {
                 self.dropped();
                 Err(Failure::Unavailable(format!(
@@ -308,6 +365,26 @@ impl GroupStore for GroupWriter {
                     self.dropped();
                 }
                 Ok(Written::Declined)
+            }
+        }
+    }
+
+    fn read(&mut self, reads: &[Vec<Value>]) -> Result<Option<Vec<Row>>, Failure> {
+        let deadline = match self.start() {
+            Ok(deadline) => deadline,
+            Err(unconnected) => return unconnected.map(|_| None),
+        };
+        let session = self.session.as_ref().expect("connected");
+        let done = self.within(deadline, session.read(&self.audit_read, reads));
+        let closed = session.client.is_closed();
+        match done {
+            Some(Ok(rows)) => Ok(Some(rows)),
+            None => Err(self.timed_out()),
+            Some(Err(_)) => {
+                if closed {
+                    self.dropped();
+                }
+                Ok(None) // the store's path reads them, and says why not
             }
         }
     }

@@ -171,7 +171,7 @@ impl From<rusqlite::Error> for Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store_group::{Outcome, WriterThread};
+    use crate::store_group::{Job, Outcome, WriterThread};
     use std::os::fd::RawFd;
 
     const SCHEMA: &str = "
@@ -312,23 +312,28 @@ mod tests {
             // SAFETY: one valid pollfd.
             unsafe { libc::poll(&mut poll, 1, 5000) == 1 }
         };
-        assert!(thread.submit(1, record("a", "g1", 1, None, &[], &[])));
+        assert!(thread.submit(1, Job::Write(record("a", "g1", 1, None, &[], &[]))));
         assert!(readable(thread.wake_fd()));
         let finished = thread.finished();
         assert_eq!(finished.records, [(1, Outcome::Stored)]);
         assert_eq!(finished.groups.iter().map(|g| g.0).collect::<Vec<_>>(), [1]);
         // A record made against an audit the chat no longer has: declined.
-        assert!(thread.submit(2, record("a", "g2", 2, None, &[], &[])));
+        assert!(thread.submit(2, Job::Write(record("a", "g2", 2, None, &[], &[]))));
         assert!(readable(thread.wake_fd()));
         assert_eq!(thread.finished().records, [(2, Outcome::Declined)]);
+        // SQLite's reads need not wait: the store reads them itself, and the thread declines them.
+        assert!(thread.submit(7, Job::Read(vec![Value::Text("t".into()), Value::Text("a".into())])));
+        assert!(readable(thread.wake_fd()));
+        assert_eq!(thread.finished().records, [(7, Outcome::Declined)]);
         // Stopping writes what is queued first.
         for token in 3..6 {
-            assert!(
-                thread.submit(token, record(&format!("c{token}"), &format!("g{token}"), token as i64, None, &[], &[]))
-            );
+            assert!(thread.submit(
+                token,
+                Job::Write(record(&format!("c{token}"), &format!("g{token}"), token as i64, None, &[], &[]))
+            ));
         }
         thread.stop();
         assert_eq!(thread.finished().records, [(3, Outcome::Stored), (4, Outcome::Stored), (5, Outcome::Stored)]);
-        assert!(!thread.submit(6, record("d", "g6", 6, None, &[], &[])));
+        assert!(!thread.submit(6, Job::Write(record("d", "g6", 6, None, &[], &[]))));
     }
 }

@@ -13,6 +13,9 @@
 //! something only the store's path handles (room to claim, an error it retries or reports record by
 //! record). The statements are the store's own, handed over as text: the core owns no SQL.
 //! `sqlite_group` and `postgres_group` are the two stores.
+//!
+//! A store that makes the event loop wait for its reads (PostgreSQL) also reads a chat's audit
+//! here: the reads queued with a group are answered before it, each by its token.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -30,7 +33,7 @@ pub const THREAD_NAME: &str = "cs-core-writer";
 
 /// A statement's parameter, as Python's sqlite3 binds it (a bool as an integer); each store binds
 /// it as its columns need.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
     Null,
     Integer(i64),
@@ -79,6 +82,16 @@ pub struct Record {
     pub claim: i64,
 }
 
+/// What the thread is handed: a record to write, or the parameters of a read of a chat's audit.
+#[allow(clippy::large_enum_variant)] // nearly every job is a write: boxing it would allocate again
+pub enum Job {
+    Write(Record),
+    Read(Vec<Value>),
+}
+
+/// A read's row (None: no row).
+pub type Row = Option<Vec<Value>>;
+
 /// What a group's write came to.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Written {
@@ -118,6 +131,12 @@ pub trait GroupStore: Send + 'static {
     /// Commits `records` in one transaction, or declines them; an error rolls all of them back.
     fn write(&mut self, records: &[Record]) -> Result<Written, Self::Failure>;
 
+    /// Each read's row, or None when they are declined (the store's own path reads them).
+    fn read(&mut self, reads: &[Vec<Value>]) -> Result<Option<Vec<Row>>, Self::Failure> {
+        let _ = reads;
+        Ok(None) // a store whose reads need not wait reads them itself
+    }
+
     /// The failure of a group whose write panicked.
     fn panicked() -> Self::Failure;
 }
@@ -129,6 +148,8 @@ pub enum Outcome<F> {
     /// Its group was declined: the store's own path must write it.
     Declined,
     Failed(F),
+    /// A read's row.
+    Read(Row),
 }
 
 /// What the thread has finished since the last look: each record's outcome by its token, and each
@@ -146,7 +167,7 @@ impl<F> Default for Finished<F> {
 
 /// A `GroupStore` on a thread of its own (see the module's doc).
 pub struct WriterThread<S: GroupStore> {
-    queue: Option<Sender<(u64, Record)>>,
+    queue: Option<Sender<(u64, Job)>>,
     finished: Arc<Mutex<Finished<S::Failure>>>,
     // Read by the event loop; a byte is written to the other end when `finished` stops being empty.
     wake: UnixStream,
@@ -174,9 +195,9 @@ impl<S: GroupStore> WriterThread<S> {
         self.wake.as_raw_fd()
     }
 
-    /// Queues a record under `token`; false when the thread has stopped (nothing queued).
-    pub fn submit(&self, token: u64, record: Record) -> bool {
-        self.queue.as_ref().is_some_and(|queue| queue.send((token, record)).is_ok())
+    /// Queues a job under `token`; false when the thread has stopped (nothing queued).
+    pub fn submit(&self, token: u64, job: Job) -> bool {
+        self.queue.as_ref().is_some_and(|queue| queue.send((token, job)).is_ok())
     }
 
     /// What is finished (see `Finished`), and the wake-up socket read empty.
@@ -210,29 +231,49 @@ fn lock<F>(finished: &Mutex<Finished<F>>) -> MutexGuard<'_, Finished<F>> {
 
 fn run<S: GroupStore>(
     mut store: S,
-    queued: &Receiver<(u64, Record)>,
+    queued: &Receiver<(u64, Job)>,
     finished: &Mutex<Finished<S::Failure>>,
     mut waker: UnixStream,
 ) {
     while let Ok(first) = queued.recv() {
-        let (mut tokens, mut records) = (vec![first.0], vec![first.1]);
-        while records.len() < MAX_GROUP {
-            let Ok((token, record)) = queued.try_recv() else { break };
-            tokens.push(token);
-            records.push(record);
-        }
-        let started = Instant::now();
-        let outcome = match catch_unwind(AssertUnwindSafe(|| store.write(&records))) {
-            Ok(Ok(Written::Stored)) => Outcome::Stored,
-            Ok(Ok(Written::Declined)) => Outcome::Declined,
-            Ok(Err(e)) => Outcome::Failed(e),
-            Err(_) => Outcome::Failed(S::panicked()),
+        let (mut writes, mut reads) = (Vec::new(), Vec::new());
+        let mut take = |(token, job): (u64, Job)| match job {
+            Job::Write(record) => writes.push((token, record)),
+            Job::Read(params) => reads.push((token, params)),
         };
-        let mut done = lock(finished);
-        let was_empty = done.records.is_empty();
-        done.records.extend(tokens.into_iter().map(|token| (token, outcome.clone())));
-        done.groups.push((records.len(), started.elapsed()));
-        drop(done);
+        take(first);
+        for _ in 1..MAX_GROUP {
+            let Ok(job) = queued.try_recv() else { break };
+            take(job);
+        }
+        let mut done = Vec::with_capacity(writes.len() + reads.len());
+        if !reads.is_empty() {
+            let (tokens, params): (Vec<u64>, Vec<Vec<Value>>) = reads.into_iter().unzip();
+            match catch_unwind(AssertUnwindSafe(|| store.read(&params))) {
+                Ok(Ok(Some(rows))) => done.extend(tokens.into_iter().zip(rows.into_iter().map(Outcome::Read))),
+                Ok(Ok(None)) => done.extend(tokens.into_iter().map(|token| (token, Outcome::Declined))),
+                Ok(Err(e)) => done.extend(tokens.into_iter().map(|token| (token, Outcome::Failed(e.clone())))),
+                Err(_) => done.extend(tokens.into_iter().map(|token| (token, Outcome::Failed(S::panicked())))),
+            }
+        }
+        let mut group = None;
+        if !writes.is_empty() {
+            let (tokens, records): (Vec<u64>, Vec<Record>) = writes.into_iter().unzip();
+            let started = Instant::now();
+            let outcome = match catch_unwind(AssertUnwindSafe(|| store.write(&records))) {
+                Ok(Ok(Written::Stored)) => Outcome::Stored,
+                Ok(Ok(Written::Declined)) => Outcome::Declined,
+                Ok(Err(e)) => Outcome::Failed(e),
+                Err(_) => Outcome::Failed(S::panicked()),
+            };
+            done.extend(tokens.into_iter().map(|token| (token, outcome.clone())));
+            group = Some((records.len(), started.elapsed()));
+        }
+        let mut finished = lock(finished);
+        let was_empty = finished.records.is_empty();
+        finished.records.extend(done);
+        finished.groups.extend(group);
+        drop(finished);
         if was_empty {
             // Full only when the loop has not read the bytes of earlier wake-ups: woken already.
             let _ = waker.write(&[1]);

@@ -507,6 +507,7 @@ class _TimedCoreGroups:
         self.dialect = groups.dialect
         self.fileno = groups.fileno
         self.submit = groups.submit
+        self.submit_read = groups.submit_read
         self.stop = groups.stop
 
     def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:

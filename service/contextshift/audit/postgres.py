@@ -82,6 +82,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from contextshift import engine
 from contextshift.audit import bounds
 from contextshift.audit.sql import (
+    AUDIT,
     AUDIT_COLUMNS,
     AUDIT_UPSERT,
     GROUP_STATEMENTS,
@@ -502,7 +503,9 @@ class PostgresStore(SqlStore):
             return None
         statements = cast(tuple[str, str, str, str, str], tuple(map(_numbered, GROUP_STATEMENTS)))
         try:
-            writer = engine.PostgresGroupWriter(conninfo, statements, _numbered(LOCK_ALL), self._bound)
+            writer = engine.PostgresGroupWriter(
+                conninfo, statements, _numbered(LOCK_ALL), _numbered(AUDIT), self._bound
+            )
         except ValueError as e:
             log.warning(
                 "the store's writes stay in Python",
@@ -685,6 +688,10 @@ class PostgresCoreGroups(SqlCoreGroups):
     def __init__(self, store: PostgresStore, writer: engine.PostgresGroupWriter) -> None:
         super().__init__(store, writer)
         self._store: PostgresStore = store
+        self._reader = writer
+
+    def submit_read(self, token: int, tenant: str, chat_id: str) -> bool:
+        return self._reader.submit_read(token, (tenant, chat_id))
 
     def _failure(self, error: Exception) -> CoreOutcome:
         if isinstance(error, TimeoutError):

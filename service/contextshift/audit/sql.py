@@ -23,6 +23,7 @@ from contextshift.audit.store import (
     AlreadyFinished,
     AuditChanged,
     AuditKey,
+    AuditRead,
     ChatCursor,
     ChatSummary,
     CoreGroups,
@@ -116,7 +117,7 @@ _SEGMENT_HASHES = "SELECT segment_hash FROM audit_segments WHERE tenant = ? AND 
 SEGMENT_ROW_BYTES = 32
 # Parameters of one statement at most (SQLite's least limit is 999).
 MAX_PARAMS = 900
-_AUDIT = (
+AUDIT = (
     f"SELECT a.payload, a.message_refs, {', '.join(f'g.{c}' for c in _GENERATION_FIELDS)} "
     "FROM audits a JOIN generations g "
     "ON g.tenant = a.tenant AND g.generation_id = a.generation_id WHERE a.tenant = ? AND a.chat_id = ?"
@@ -349,18 +350,24 @@ class SqlCoreGroups(ABC):
             )
         return self._writer.submit(token, (generation_params(record.tenant, g), audit, claim_bytes(record)))
 
+    def submit_read(self, token: int, tenant: str, chat_id: str) -> bool:
+        return False  # a store whose reads need not wait (PostgreSQL's overrides)
+
     def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
-        """The records finished since the last call, by token: None stored, `DECLINED`, or why not
-        (as this store's own writes say it: StoreUnavailable, StoreTimeout); and each group's size
-        and how long it took."""
+        """The jobs finished since the last call, by token: a record's None stored, `DECLINED`, or
+        why not (as this store's own writes say it: StoreUnavailable, StoreTimeout); a read's
+        `AuditRead`; and each group's size and how long it took."""
         records, groups = self._writer.finished()
         return [(token, self._outcome(outcome)) for token, outcome in records], groups
 
-    def _outcome(self, outcome: Exception | bool | None) -> CoreOutcome:
+    def _outcome(self, outcome: Exception | bool | tuple[Row | None] | None) -> CoreOutcome:
         if outcome is None:
             return None
         if isinstance(outcome, bool):  # False: declined
             return DECLINED
+        if isinstance(outcome, tuple):  # a read's row (None: none)
+            (row,) = outcome
+            return AuditRead(_stored_audit([] if row is None else [row]))
         return self._failure(outcome)
 
     @abstractmethod
@@ -567,7 +574,7 @@ class SqlStore(ABC):
                 now = (
                     StoredAudit(before.audit, before.generation, before.message_refs)
                     if before is not None and before.audit is not None
-                    else _stored_audit(tx.rows(_AUDIT, chat))
+                    else _stored_audit(tx.rows(AUDIT, chat))
                 )
                 outcomes.append(AuditChanged(r.generation.chat_id, now))
                 continue
@@ -683,7 +690,7 @@ class SqlStore(ABC):
     # --- audits and chats -------------------------------------------------------------------
 
     def audit_at_once(self, tenant: str, chat_id: str) -> StoredAudit | None:
-        return _stored_audit(self._read_at_once(_AUDIT, (tenant, chat_id)))
+        return _stored_audit(self._read_at_once(AUDIT, (tenant, chat_id)))
 
     def _read_at_once(self, sql: str, params: Sequence[Any]) -> list[Row]:
         """The rows of a read that cannot wait (see `Store.audit_at_once`), else WouldWait: a
@@ -692,11 +699,11 @@ class SqlStore(ABC):
 
     def audit(self, tenant: str, chat_id: str, *, with_blocks: bool = False) -> StoredAudit | None:
         if not with_blocks:
-            return _stored_audit(self._query(_AUDIT, (tenant, chat_id)))
+            return _stored_audit(self._query(AUDIT, (tenant, chat_id)))
 
         def work(tx: Tx) -> StoredAudit | None:
             # Locked: its segments are read as of the same moment, a shift of the chat waiting.
-            found = tx.locked(_AUDIT, (tenant, chat_id))
+            found = tx.locked(AUDIT, (tenant, chat_id))
             segments = tx.rows(_SEGMENTS, (tenant, chat_id)) if found and found[0][1] is not None else []
             return _stored_audit(found, [(bytes(h), bytes(d)) for h, d in segments])
 

@@ -312,8 +312,18 @@ class Declined(Enum):
 
 
 DECLINED = Declined.DECLINED
-# A record's outcome from `CoreGroups`: None stored, else why not (a StoreError), or DECLINED.
-CoreOutcome = Exception | Declined | None
+
+
+@dataclass(frozen=True)
+class AuditRead:
+    """A read's outcome from `CoreGroups`: the chat's audit (None: it has none)."""
+
+    audit: StoredAudit | None
+
+
+# A job's outcome from `CoreGroups`: a record's None stored, else why not (a StoreError), or
+# DECLINED (a read's too); a read's AuditRead.
+CoreOutcome = Exception | Declined | AuditRead | None
 
 
 class CoreGroups(Protocol):
@@ -330,8 +340,13 @@ class CoreGroups(Protocol):
         path must write it)."""
         ...
 
+    def submit_read(self, token: int, tenant: str, chat_id: str) -> bool:
+        """Queues a read of a chat's audit under `token`; False when these do not read (the store
+        reads at once, or they stopped)."""
+        ...
+
     def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
-        """The records finished since the last call, `(token, outcome)`, and each group's size and
+        """The jobs finished since the last call, `(token, outcome)`, and each group's size and
         seconds."""
         ...
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
-from contextshift.audit.store import DECLINED, CoreGroups, ShiftRecord, Store
+from contextshift.audit.store import DECLINED, AuditRead, CoreGroups, ShiftRecord, Store
 
 log = logging.getLogger("contextshift.store")
 
@@ -64,6 +64,7 @@ class _Core:
     groups: CoreGroups | None
     loop: asyncio.AbstractEventLoop | None
     waiting: dict[int, tuple[ShiftRecord, Callable[[WriteOutcome], None]]] = field(default_factory=dict)
+    reading: dict[int, asyncio.Future[AuditRead | None]] = field(default_factory=dict)
 
 
 class GroupWriter:
@@ -113,6 +114,21 @@ class GroupWriter:
             del core.waiting[token]
             self._put(_made(record), done)
 
+    def read_audit(self, tenant: str, chat_id: str) -> asyncio.Future[AuditRead | None] | None:
+        """On the event loop: a chat's audit read by the store's commits outside Python, for a
+        store whose reads would send the call to a thread (PostgreSQL); None when they do not read
+        here. The future's None: not read (the store's own path must read it, and say why not); its
+        exception: why the store cannot answer (StoreTimeout, StoreUnavailable)."""
+        core = self._core_here()
+        if core is None or core.groups is None or core.loop is None:
+            return None
+        token = next(self._tokens)
+        read = core.reading[token] = core.loop.create_future()
+        if not core.groups.submit_read(token, tenant, chat_id):
+            del core.reading[token]
+            return None
+        return read
+
     def _write_on(
         self,
         loop: asyncio.AbstractEventLoop,
@@ -158,15 +174,24 @@ class GroupWriter:
 
     def _read_finished(self, core: _Core) -> None:
         """On the event loop, when the core's socket is readable: each finished record's call is
-        told, and a declined one goes to the writer thread."""
+        told, and a declined one goes to the writer thread; each read's call gets its audit."""
         if core.groups is None:
             return
         records, _ = core.groups.finished()
         for token, outcome in records:
+            read = core.reading.pop(token, None)
+            if read is not None:
+                if read.done():  # its call gave up on it
+                    continue
+                if isinstance(outcome, Exception):  # no answer in time, or the store is down
+                    read.set_exception(outcome)
+                else:  # declined: None
+                    read.set_result(outcome if isinstance(outcome, AuditRead) else None)
+                continue
             record, done = core.waiting.pop(token)
             if outcome is DECLINED:
                 self._put(_made(record), done)
-            else:
+            elif not isinstance(outcome, AuditRead):  # a record's outcome is never a read's
                 _settle(done, outcome)
 
     def _start(self) -> None:
@@ -252,7 +277,9 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _made_now(make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]) -> ShiftRecord | None:
+def _made_now(
+    make: Callable[[], ShiftRecord | None], done: Callable[[WriteOutcome], None]
+) -> ShiftRecord | None:
     """`make()`, here; None when its call gave up, or when making it raised (a bug: that call is
     told)."""
     try:

@@ -7,10 +7,12 @@ watched. Two exceptions:
 - A small request (at most `inline_request_bytes`) runs on the event loop, to completion, once
   this process has served its `(profile, model)` and holds in memory what it reads of the store
   (a model's configuration and calibration, a chat's last prompt), or the store can read it
-  without waiting (a chat's last audit from SQLite, `Store.audit_at_once`): its engine work costs
-  less than the hop to a thread, where the engine thread and the loop would hand the GIL to each
-  other at every release. A first use stays off the loop (it may load a vocabulary or a
-  tokenizer.json), and so does a read that may wait (`CacheMiss` sends the work to a thread).
+  without waiting (a chat's last audit from SQLite, `Store.audit_at_once`) or its commits outside
+  Python read it while the call waits on the loop (PostgreSQL's: `GroupWriter.read_audit`): its
+  engine work costs less than the hop to a thread, where the engine thread and the loop would hand
+  the GIL to each other at every release. A first use stays off the loop (it may load a vocabulary
+  or a tokenizer.json), and so does any other read that may wait (`CacheMiss` sends the work to a
+  thread).
 - A shift whose strategy waits (llm-compact on its endpoint, a plugin strategy or interceptor up
   to its time limit) never runs on the loop, and runs on the I/O threads, not the engine threads.
 
@@ -29,6 +31,7 @@ import asyncio
 import contextlib
 import functools
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +40,7 @@ from typing import Any, TypeVar, cast
 
 from contextshift import plugins
 from contextshift.api.service.read_cache import CacheMiss
-from contextshift.api.service.store_view import TenantStore
+from contextshift.api.service.store_view import PromptMiss, TenantStore
 from contextshift.audit.store import ShiftRecord
 from contextshift.audit.writer import GroupWriter, Queued, WriteOutcome
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
@@ -132,6 +135,12 @@ class Placement:
             try:
                 fn(view.cached(), done)
                 return await done
+            except PromptMiss as miss:  # raised before `done` was handed on
+                ahead = await self._read_ahead(view, miss.chat_id)
+                if ahead is not None:
+                    with contextlib.suppress(CacheMiss):
+                        fn(ahead, done)
+                        return await done
             except CacheMiss:  # raised before `done` was handed on: on a thread
                 pass
 
@@ -145,6 +154,20 @@ class Placement:
         result = await done
         self._served_now(work)
         return result
+
+    async def _read_ahead(self, view: TenantStore, chat_id: str) -> TenantStore | None:
+        """The view on the loop with the chat's audit read by the store's commits outside Python
+        (PostgreSQL: the call stays on the loop, where a thread would trade the GIL with it at
+        every statement); None when they do not read it (then the call goes to a thread, whose
+        read says why). Raises what they say of a store that does not answer."""
+        started = time.perf_counter()
+        reading = self._writer.read_audit(view.tenant, chat_id)
+        read = None if reading is None else await reading
+        if read is None:
+            return None
+        ahead = view.cached({chat_id: read.audit})
+        ahead.read_seconds = time.perf_counter() - started
+        return ahead
 
     def write(
         self,

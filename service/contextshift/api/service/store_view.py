@@ -90,23 +90,41 @@ class Caches:
     prompts: ReadCache = field(default_factory=lambda: ReadCache(math.inf, PROMPTS_KEPT))
 
 
+class PromptMiss(CacheMiss):
+    """A chat's last prompt this process does not hold, and its store cannot read at once."""
+
+    def __init__(self, chat_id: str) -> None:
+        super().__init__(chat_id)
+        self.chat_id = chat_id
+
+
 class TenantStore:
     """The store as one tenant's shifts read it (a `StoreView`), timing the reads. Model
     configurations and calibrations go through the process's `Caches`; with `cached_only` (a shift
     on the event loop), a read the cache does not hold raises `CacheMiss` instead of touching the
-    store, unless the store makes it without waiting (a chat's last audit from SQLite)."""
+    store, unless the store makes it without waiting (a chat's last audit from SQLite) or it was
+    read ahead (`read_ahead`: PostgreSQL's, by the core)."""
 
-    def __init__(self, store: Store, tenant: str, caches: Caches, *, cached_only: bool = False) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tenant: str,
+        caches: Caches,
+        *,
+        cached_only: bool = False,
+        read_ahead: dict[str, StoredAudit | None] | None = None,
+    ) -> None:
         self.store = store
         self.tenant = tenant
         self.caches = caches
         self.cached_only = cached_only
+        self.read_ahead = read_ahead or {}  # chats' audits, by chat id, read for this view
         self.read_seconds = 0.0
 
-    def cached(self) -> TenantStore:
-        """This view for a shift on the event loop: the cache, and only the store's reads that
-        cannot wait."""
-        return TenantStore(self.store, self.tenant, self.caches, cached_only=True)
+    def cached(self, read_ahead: dict[str, StoredAudit | None] | None = None) -> TenantStore:
+        """This view for a shift on the event loop: the cache, the chats' audits `read_ahead`, and
+        only the store's reads that cannot wait."""
+        return TenantStore(self.store, self.tenant, self.caches, cached_only=True, read_ahead=read_ahead)
 
     def _cached(self, key: tuple[Any, ...], read: Callable[[], T]) -> T:
         timed = None if self.cached_only else lambda: self._timed(read)
@@ -155,11 +173,13 @@ class TenantStore:
         if kept is not None:
             metrics.record_chat_prompt("warm")
             return cast(LastPrompt, kept)
-        if self.cached_only:  # on the event loop: read only if the store need not wait
+        if chat_id in self.read_ahead:
+            stored = self.read_ahead[chat_id]
+        elif self.cached_only:  # on the event loop: read only if the store need not wait
             try:
                 stored = self._timed(lambda: self.store.audit_at_once(self.tenant, chat_id))
             except WouldWait:
-                raise CacheMiss(chat_id) from None
+                raise PromptMiss(chat_id) from None
         else:
             stored = self._timed(lambda: self.store.audit(self.tenant, chat_id))
         metrics.record_chat_prompt("cold" if stored else "new")
