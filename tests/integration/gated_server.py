@@ -2,8 +2,8 @@
 whatever the machine's speed: each gated call touches `<gate>.entered`, then waits until the file
 `<gate>` exists. The gate stands in front of the engine (every shift), or, with
 CONTEXTSHIFT_TEST_GATE_AT=record_shift, in front of the store's write of the shifts' records (on
-the group writer's thread, after the shift, before the transaction). Test harness only; run as a
-script by `start_server`."""
+the group writer's thread, after the shift, before the transaction: the stores' commits outside
+Python, which never pass there, are off). Test harness only; run as a script by `start_server`."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from typing import Any
 
 from contextshift import cli
 from contextshift.api.service import shift_rpc
+from contextshift.audit.postgres import PostgresStore
 from contextshift.audit.sql import SqlStore
+from contextshift.audit.sqlite import SqliteStore
 
 GATE = Path(os.environ["CONTEXTSHIFT_TEST_GATE"])
 
@@ -35,6 +37,8 @@ def gated(call: Callable[..., Any]) -> Callable[..., Any]:
 
 if os.environ.get("CONTEXTSHIFT_TEST_GATE_AT") == "record_shift":
     SqlStore.record_shifts = gated(SqlStore.record_shifts)  # type: ignore[method-assign]
+    for store in (SqliteStore, PostgresStore):
+        store.core_groups = SqlStore.core_groups  # type: ignore[method-assign]
 else:
     shift_rpc.shift_context = gated(shift_rpc.shift_context)  # the service calls the library from there
 # Every call goes to the engine threads, where a held call leaves the event loop free.
