@@ -185,8 +185,8 @@ impl GroupWriter {
         false
     }
 
-    /// The session's socket closed now: on a database that answers, its backend rolls back and
-    /// lets go of the chats' locks at once, not when the next group runs the runtime.
+    /// The session's socket closed now, not when the next group runs the runtime: its backend
+    /// rolls back, and lets go of the chats' locks, as soon as it reads the socket.
     fn end_session(&mut self) {
         if let Some(session) = self.session.take() {
             session.connection.abort();
