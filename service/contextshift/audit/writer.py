@@ -98,7 +98,7 @@ class GroupWriter:
         which writes it so."""
         core = self._core
         no_core = core is not None and core.pid == os.getpid() and core.groups is None
-        if loop is not None and not no_core and _running_loop() is None:
+        if loop is not None and not no_core and running_loop() is None:
             self._write_on(loop, make, done)
             return
         core = self._core_here()
@@ -159,7 +159,7 @@ class GroupWriter:
     def _core_here(self) -> _Core | None:
         """This process's group commits outside Python, for a write from here: None on a thread,
         or on another event loop than the one they are read on (the first loop that asks)."""
-        loop = _running_loop()
+        loop = running_loop()
         if loop is None:  # on a thread
             return None
         core = self._core
@@ -225,7 +225,7 @@ class GroupWriter:
             stopped.set()
 
         stopped = threading.Event()
-        if _running_loop() is loop or not loop.is_running():
+        if running_loop() is loop or not loop.is_running():
             stop()
         else:
             loop.call_soon_threadsafe(stop)
@@ -270,7 +270,8 @@ def _started_here(started: _Started | None) -> TypeGuard[_Started]:
     return started is not None and started[0] == os.getpid()
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread, or None (a worker thread, or no loop at all)."""
     try:
         return asyncio.get_running_loop()
     except RuntimeError:

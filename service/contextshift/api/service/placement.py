@@ -42,7 +42,7 @@ from contextshift import plugins
 from contextshift.api.service.read_cache import CacheMiss
 from contextshift.api.service.store_view import PromptMiss, TenantStore
 from contextshift.audit.store import ShiftRecord
-from contextshift.audit.writer import GroupWriter, Queued, WriteOutcome
+from contextshift.audit.writer import GroupWriter, Queued, WriteOutcome, running_loop
 from contextshift.strategies import DEFAULT_STRATEGY, runs_inline
 
 T = TypeVar("T")
@@ -241,13 +241,6 @@ def _settle_now(future: asyncio.Future[T], result: T | None, error: BaseExceptio
         future.set_result(cast(T, result))
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
-
 _WAKEUPS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Wakeups] = weakref.WeakKeyDictionary()
 _WAKEUPS_LOCK = threading.Lock()
 
@@ -258,7 +251,7 @@ def settle_soon(
     """Settles `future` from any thread, on its event loop (unless its call gave up on it): at
     once when called on that loop."""
     loop = future.get_loop()
-    if _running_loop() is loop:
+    if running_loop() is loop:
         _settle_now(future, result, error)
         return
     with _WAKEUPS_LOCK:
