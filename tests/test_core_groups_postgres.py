@@ -7,7 +7,9 @@ and socket."""
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 
@@ -16,6 +18,7 @@ import pytest
 from postgres_cluster import Cluster
 from test_core_groups import committed, core_groups, outcomes_of, turns
 
+from contextshift.audit import postgres as postgres_module
 from contextshift.audit.postgres import LOCK_ALL, PostgresStore, _core_conninfo, _numbered
 from contextshift.audit.sql import chat_key
 from contextshift.audit.store import (
@@ -119,6 +122,39 @@ def test_a_restarted_database_is_found_again(postgres: Cluster, pg_store: Postgr
     stored = pg_store.audit("t", "a")
     assert stored is not None and stored.generation.generation_id == "a-g2"
     groups.stop()
+
+
+def test_a_refused_connection_is_logged_once_and_its_groups_go_to_the_store(
+    postgres: Cluster,
+    pg_store: PostgresStore,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A connection the store's own path makes but the core's is refused (as with a password only
+    in ~/.pgpass, which the core does not read; here a role that does not exist yet): the core
+    declines every group, says so once in the log, and says so again when it is let in."""
+    role = f"core_{uuid.uuid4().hex[:8]}"
+    made = postgres_module._core_conninfo
+    monkeypatch.setattr(postgres_module, "_core_conninfo", lambda conninfo: f"{made(conninfo)} user={role}")
+    groups = core_groups(pg_store)
+    first, second, third = turns("a", 3)
+    with caplog.at_level(logging.WARNING, logger="contextshift.store"):
+        assert committed(groups, [first]) == [DECLINED]
+        time.sleep(RETRY)
+        assert committed(groups, [first]) == [DECLINED]  # tried again, refused again: not told again
+        refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+        assert len(refused) == 1 and f'role "{role}" does not exist' in refused[0], refused
+        assert pg_store.record_shifts([first]) == [None]  # the store's own path writes it
+        with psycopg.connect(postgres.url(), autocommit=True) as admin:
+            admin.execute(f'CREATE ROLE "{role}" LOGIN SUPERUSER')
+        time.sleep(RETRY)
+        assert committed(groups, [second, third]) == [None, None]
+    assert any("is made" in r.getMessage() for r in caplog.records)
+    stored = pg_store.audit("t", "a")
+    assert stored is not None and stored.generation.generation_id == "a-g2"
+    groups.stop()
+    with psycopg.connect(postgres.url(), autocommit=True) as admin:
+        admin.execute(f'DROP ROLE "{role}"')
 
 
 def test_the_core_connects_as_libpq_would_or_not_at_all(monkeypatch: pytest.MonkeyPatch) -> None:

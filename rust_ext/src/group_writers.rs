@@ -73,7 +73,7 @@ impl<S: GroupStore> Writer<S> {
                 })
                 .collect::<PyResult<_>>()?;
             let groups = finished.groups.into_iter().map(|(size, took)| (size, took.as_secs_f64())).collect();
-            Ok((records, groups))
+            Ok((records, groups, finished.notices))
         })
     }
 
@@ -82,7 +82,7 @@ impl<S: GroupStore> Writer<S> {
     }
 }
 
-type FinishedTuple = (Vec<(u64, Py<PyAny>)>, Vec<(usize, f64)>);
+type FinishedTuple = (Vec<(u64, Py<PyAny>)>, Vec<(usize, f64)>, Vec<String>);
 
 /// A read's outcome: `(row,)`, the row a tuple of None, int, str and bytes (None: no row).
 fn read_row(py: Python<'_>, row: Option<Vec<Value>>) -> PyResult<Py<PyAny>> {
@@ -149,8 +149,8 @@ impl PySqliteGroupWriter {
     }
 
     /// The records finished since the last call, `(token, outcome)`: None stored, False declined
-    /// (the store's own path must write it), or the exception that failed its group; and each
-    /// group's `(size, seconds)`.
+    /// (the store's own path must write it), or the exception that failed its group; each group's
+    /// `(size, seconds)`; and what the log should say of the connection (none for SQLite's).
     fn finished(&self, py: Python<'_>) -> PyResult<FinishedTuple> {
         self.0.finished(py, sqlite_raised)
     }

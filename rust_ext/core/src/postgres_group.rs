@@ -88,6 +88,9 @@ pub struct GroupWriter {
     retry_at: Option<Instant>,
     /// Why the database is taken for down (it did not answer within the bound), and since when.
     down: Option<(String, Instant)>,
+    /// Whether the last connection attempt was refused (told once, until one is made again).
+    refused: bool,
+    notices: Vec<String>,
 }
 
 /// A live connection and its prepared statements.
@@ -125,6 +128,8 @@ impl GroupWriter {
             session: None,
             retry_at: None,
             down: None,
+            refused: false,
+            notices: Vec::new(),
         })
     }
 
@@ -171,9 +176,15 @@ impl GroupWriter {
         match self.within(Some(by), open(&self.config, &self.statements, &self.lock)) {
             Some(Ok(session)) => {
                 self.session = Some(session);
+                if std::mem::take(&mut self.refused) {
+                    self.notices.push(
+                        "the core's connection to PostgreSQL is made: it writes the groups and reads the chats again"
+                            .into(),
+                    );
+                }
                 return true;
             }
-            Some(Err(_)) => {} // refused, or turned away: the store's path says why
+            Some(Err(e)) => self.refused_by(&e),
             None if self.down.is_none() => {
                 let waited = by.saturating_duration_since(started).as_secs_f64();
                 let why = format!("PostgreSQL did not answer a new connection within {waited:.3} s");
@@ -183,6 +194,21 @@ impl GroupWriter {
         }
         self.retry_at = Some(Instant::now() + RETRY);
         false
+    }
+
+    /// A connection attempt refused: its groups are declined to the store's path, which says why
+    /// its own connection fails (if it does). Told once until one is made, as a connection only
+    /// the store's path can make (a password in ~/.pgpass, which the core does not read) would
+    /// otherwise leave the core declining every group unseen.
+    fn refused_by(&mut self, error: &tokio_postgres::Error) {
+        if !std::mem::replace(&mut self.refused, true) {
+            self.notices.push(format!(
+                "the core's connection to PostgreSQL was refused ({}): the store's own path writes \
+                the groups and reads the chats, and the core tries again every {} ms",
+                described(error),
+                RETRY.as_millis()
+            ));
+        }
     }
 
     /// The session's socket closed now, not when the next group runs the runtime: its backend
@@ -211,6 +237,17 @@ impl GroupWriter {
             ))),
         }
     }
+}
+
+/// An error with its causes (tokio-postgres's own text is only its kind: "db error").
+fn described(error: &tokio_postgres::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = StdError::source(error);
+    while let Some(e) = cause {
+        text = format!("{text}: {e}");
+        cause = e.source();
+    }
+    text
 }
 
 async fn open(config: &Config, statements: &Statements, lock: &str) -> Result<Session, tokio_postgres::Error> {
@@ -391,5 +428,9 @@ impl GroupStore for GroupWriter {
 
     fn panicked() -> Failure {
         Failure::Internal("the core's group writer panicked".into())
+    }
+
+    fn notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
     }
 }

@@ -139,6 +139,12 @@ pub trait GroupStore: Send + 'static {
 
     /// The failure of a group whose write panicked.
     fn panicked() -> Self::Failure;
+
+    /// What the process's log should say of this connection since the last call (its connection
+    /// refused, then made again): taken after each group.
+    fn notices(&mut self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A record's outcome.
@@ -152,16 +158,17 @@ pub enum Outcome<F> {
     Read(Row),
 }
 
-/// What the thread has finished since the last look: each record's outcome by its token, and each
-/// group's size and how long its write took.
+/// What the thread has finished since the last look: each record's outcome by its token, each
+/// group's size and how long its write took, and the store's notices (`GroupStore::notices`).
 pub struct Finished<F> {
     pub records: Vec<(u64, Outcome<F>)>,
     pub groups: Vec<(usize, Duration)>,
+    pub notices: Vec<String>,
 }
 
 impl<F> Default for Finished<F> {
     fn default() -> Self {
-        Finished { records: Vec::new(), groups: Vec::new() }
+        Finished { records: Vec::new(), groups: Vec::new(), notices: Vec::new() }
     }
 }
 
@@ -269,10 +276,12 @@ fn run<S: GroupStore>(
             done.extend(tokens.into_iter().map(|token| (token, outcome.clone())));
             group = Some((records.len(), started.elapsed()));
         }
+        let notices = store.notices();
         let mut finished = lock(finished);
-        let was_empty = finished.records.is_empty();
+        let was_empty = finished.records.is_empty() && finished.notices.is_empty();
         finished.records.extend(done);
         finished.groups.extend(group);
+        finished.notices.extend(notices);
         drop(finished);
         if was_empty {
             // Full only when the loop has not read the bytes of earlier wake-ups: woken already.

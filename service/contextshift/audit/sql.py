@@ -10,6 +10,7 @@ A write that adds data claims room for it first (`tx.claim`), which the backend 
 from __future__ import annotations
 
 import functools
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -55,6 +56,7 @@ from contextshift.audit.store import (
 from contextshift.calibration import Calibration
 from contextshift.history import HistoryBlock
 
+log = logging.getLogger("contextshift.store")
 T = TypeVar("T")
 Row = tuple[Any, ...]
 
@@ -326,6 +328,7 @@ class SqlCoreGroups(ABC):
     ) -> None:
         self._writer = writer
         self.dialect = store.dialect
+        self._description = store.description
 
     def fileno(self) -> int:
         return self._writer.fileno()
@@ -356,8 +359,11 @@ class SqlCoreGroups(ABC):
     def finished(self) -> tuple[list[tuple[int, CoreOutcome]], list[tuple[int, float]]]:
         """The jobs finished since the last call, by token: a record's None stored, `DECLINED`, or
         why not (as this store's own writes say it: StoreUnavailable, StoreTimeout); a read's
-        `AuditRead`; and each group's size and how long it took."""
-        records, groups = self._writer.finished()
+        `AuditRead`; and each group's size and how long it took. What the core says of its
+        connection (refused, made again) goes to the log."""
+        records, groups, notices = self._writer.finished()
+        for notice in notices:
+            log.warning(notice, extra={"fields": {"store": self._description}})
         return [(token, self._outcome(outcome)) for token, outcome in records], groups
 
     def _outcome(self, outcome: Exception | bool | tuple[Row | None] | None) -> CoreOutcome:
@@ -418,6 +424,11 @@ class SqlStore(ABC):
     blob_type: str
     # A statement counting the tables of the given name in the store's schema (0 or 1).
     table_exists: str
+
+    @property
+    @abstractmethod
+    def description(self) -> str:
+        """The store's kind and location for logs (no password)."""
 
     @abstractmethod
     def _run(self, work: Callable[[Tx], T], *, write: bool) -> T: ...
