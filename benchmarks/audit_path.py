@@ -20,8 +20,9 @@ what storage really receives); and the store's data once every chat is replayed.
 this code (the messages stored as the chat's blocks) and once with the messages kept in the
 payload as before (the previous format, which the store still reads), side by side.
 
-Targets (issue 36): warm audited calls/s at least 70% of `shift`'s and p50 at most 1.3x; cold at
-least 50% and p50 at most 2x; PostgreSQL's p50 within 1.5x of SQLite's, warm and cold; a turn of
+Targets (issue 36): over SQLite, warm audited calls/s at least 70% of `shift`'s and p50 at most
+1.3x, cold at least 50% and p50 at most 2x (PostgreSQL's own ratios are told, not judged);
+PostgreSQL's p50 within 1.5x of SQLite's, warm and cold; a turn of
 the 63 KiB chat writes at most 1.2x a turn of the short chat, with the store at the end no larger
 than the previous format's.
 """
@@ -253,10 +254,13 @@ def report(rows: list[dict[str, Any]]) -> list[str]:
             calls = statistics.median(a for a, _ in ratios)
             latency = statistics.median(b for _, b in ratios)
             verdict = "PASS" if calls >= share and latency <= slower else "FAIL"
+            # The issue's targets are SQLite's; PostgreSQL's own ratios are told, judged only
+            # against SQLite's p50 (below).
+            judged = f" (target >= {share:.0%}, <= {slower}x): {verdict}" if store == "sqlite" else ""
             findings.append(
                 f"{store}, {rpc} chats: audited {calls:.0%} of the unaudited calls/s (rounds "
-                f"{min(a for a, _ in ratios):.0%}-{max(a for a, _ in ratios):.0%}), p50 {latency:.2f}x "
-                f"(target >= {share:.0%}, <= {slower}x): {verdict}"
+                f"{min(a for a, _ in ratios):.0%}-{max(a for a, _ in ratios):.0%}), p50 {latency:.2f}x"
+                + judged
             )
         for rpc in ("warm", "cold"):
             p50[store, rpc] = _median([r for r in mine if r["rpc"] == rpc], "p50_ms")

@@ -1,9 +1,9 @@
 """What is PostgreSQL's alone in its group commits outside Python (`PostgresStore.core_groups`, the
 core's `postgres_group`; what both stores share: test_core_groups.py): an error of the database
 declined to the store's own path, a database that does not answer within the bound failing the
-group and the groups behind it at once, a restarted database found again, the connection's
-parameters read as libpq reads them. Over a real PostgreSQL, with the core's real thread, connection
-and socket."""
+group and the groups behind it at once, a restarted database found again, a refused connection told
+to the log once, the connection's parameters read as libpq reads them. Over a real PostgreSQL,
+with the core's real thread, connection and socket."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@
 //! dropped, and the call ends by its bound), or a connection that broke with `COMMIT` under way
 //! (stored or not, nobody can say). A bound passed means the database does not answer, as the
 //! store's path reads it: until a new connection is made, groups fail at once (one attempt every
-//! `RETRY`, within the bound), where each would otherwise wait out the bound in turn.
+//! `RETRY`, within the bound), where each would otherwise wait out the bound in turn. A connection
+//! refused is told to the process's log once (`GroupStore::notices`), and again when one is made.
 //!
 //! A chat's audit is read here too, for a shift the event loop would otherwise send to a thread
 //! (the store's Python reads block): the reads queued together in one round trip, each planned at
