@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from test_store import generation
 from contextshift.api.service.placement import Placement
 from contextshift.audit.sqlite import SqliteStore
 from contextshift.audit.store import (
+    CoreGroups,
     GenerationIdInUse,
     ShiftRecord,
     StoreError,
@@ -88,6 +90,11 @@ def record(chat_id: str, generation_id: str = "") -> ShiftRecord:
     return ShiftRecord("", generation(generation_id or f"g-{chat_id}", chat_id=chat_id), chat_id.encode())
 
 
+def first_audit(chat_id: str) -> ShiftRecord:
+    """A chat's first record, checked (the core writes it; an unchecked one is the Python path's)."""
+    return replace(record(chat_id), made_on=None)
+
+
 def held_first(store: HeldStore, tmp_path: Path, expected: int) -> tuple[GroupWriter, Calls]:
     """A writer storing chat "a"'s record, held in its transaction: what is written next queues."""
     writer = GroupWriter(store)
@@ -130,10 +137,18 @@ class CountedWriter(GroupWriter):
         super().write(make, done, loop)
 
 
-def test_records_written_in_one_pass_of_the_event_loop_reach_the_writer_together(store: HeldStore) -> None:
-    """`Placement.write` on the loop hands the pass's records over when the pass ends (the writer
-    thread then wakes once for them); from a thread, at once (and over a store that commits outside
-    Python, the record made there goes on to the call's loop)."""
+class PythonOnlyStore(HeldStore):
+    """A store whose groups commit on the Python writer thread only."""
+
+    def core_groups(self) -> CoreGroups | None:
+        return None
+
+
+def test_records_written_in_one_pass_reach_the_python_writer_together(tmp_path: Path) -> None:
+    """`Placement.write` on the loop hands the pass's records over when the pass ends: the writer
+    thread then wakes once for them."""
+    store = PythonOnlyStore(tmp_path / "store.db")
+    store.migrate()
     writer = CountedWriter(store)
     with ThreadPoolExecutor(1) as executor:
         placement = Placement(executor, None, 0, writer)
@@ -147,10 +162,32 @@ def test_records_written_in_one_pass_of_the_event_loop_reach_the_writer_together
             await asyncio.sleep(0)
             assert writer.handed == 3
             assert await asyncio.gather(*done) == [(0, None), (1, None), (2, None)]
+
+        asyncio.run(scenario())
+    writer.close()
+    assert store.groups == [3]
+    store.close()
+
+
+def test_records_go_to_the_stores_commits_outside_python_at_once(store: HeldStore) -> None:
+    """From the loop at once: the core's thread commits what queued while the loop goes on. From a
+    thread at once too, and the record made there goes on to the call's loop, and by it to the
+    core."""
+    writer = CountedWriter(store)
+    with ThreadPoolExecutor(1) as executor:
+        placement = Placement(executor, None, 0, writer)
+
+        async def scenario() -> None:
+            loop = asyncio.get_running_loop()
+            done = [loop.create_future() for _ in range(3)]
+            for i, future in enumerate(done):
+                placement.write(lambda i=i: first_audit(f"c{i}"), lambda outcome, i=i: (i, outcome), future)
+                assert writer.handed == i + 1
+            assert await asyncio.gather(*done) == [(0, None), (1, None), (2, None)]
             from_thread: asyncio.Future[tuple[int, WriteOutcome]] = loop.create_future()
 
             def on_thread() -> None:
-                placement.write(lambda: record("t"), lambda outcome: (3, outcome), from_thread)
+                placement.write(lambda: first_audit("t"), lambda outcome: (3, outcome), from_thread)
                 assert writer.handed >= 4  # at once (and the loop may have taken it on already)
 
             await loop.run_in_executor(executor, on_thread)
@@ -160,6 +197,7 @@ def test_records_written_in_one_pass_of_the_event_loop_reach_the_writer_together
         asyncio.run(scenario())
     writer.close()
     assert all(store.audit("", chat) is not None for chat in ("c0", "c1", "c2", "t"))
+    assert store.groups == []  # none went through the Python writer thread
 
 
 def test_one_records_failure_is_its_own(store: HeldStore, tmp_path: Path) -> None:

@@ -114,6 +114,13 @@ class GroupWriter:
             del core.waiting[token]
             self._put(_made(record), done)
 
+    def commits_outside_python(self) -> bool:
+        """On the event loop: whether a record written from here goes to the store's commits
+        outside Python, whose thread takes whatever has queued whenever it is free (so nothing is
+        gained by holding a record back to hand it over with others)."""
+        core = self._core_here()
+        return core is not None and core.groups is not None
+
     def read_audit(self, tenant: str, chat_id: str) -> asyncio.Future[AuditRead | None] | None:
         """On the event loop: a chat's audit read by the store's commits outside Python, for a
         store whose reads would send the call to a thread (PostgreSQL); None when they do not read
