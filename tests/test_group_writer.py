@@ -137,6 +137,18 @@ class CountedWriter(GroupWriter):
         super().write(make, done, loop)
 
 
+def three_written(
+    placement: Placement, make: Callable[[str], ShiftRecord]
+) -> list[asyncio.Future[tuple[int, WriteOutcome]]]:
+    """The futures of three calls whose records (of chats c0, c1, c2) `placement` was handed on
+    the running loop."""
+    loop = asyncio.get_running_loop()
+    done: list[asyncio.Future[tuple[int, WriteOutcome]]] = [loop.create_future() for _ in range(3)]
+    for i, future in enumerate(done):
+        placement.write(lambda i=i: make(f"c{i}"), lambda outcome, i=i: (i, outcome), future)
+    return done
+
+
 class PythonOnlyStore(HeldStore):
     """A store whose groups commit on the Python writer thread only."""
 
@@ -154,10 +166,7 @@ def test_records_written_in_one_pass_reach_the_python_writer_together(tmp_path: 
         placement = Placement(executor, None, 0, writer)
 
         async def scenario() -> None:
-            loop = asyncio.get_running_loop()
-            done = [loop.create_future() for _ in range(3)]
-            for i, future in enumerate(done):
-                placement.write(lambda i=i: record(f"c{i}"), lambda outcome, i=i: (i, outcome), future)
+            done = three_written(placement, record)
             assert writer.handed == 0  # still in the pass that wrote them
             await asyncio.sleep(0)
             assert writer.handed == 3
@@ -178,12 +187,10 @@ def test_records_go_to_the_stores_commits_outside_python_at_once(store: HeldStor
         placement = Placement(executor, None, 0, writer)
 
         async def scenario() -> None:
-            loop = asyncio.get_running_loop()
-            done = [loop.create_future() for _ in range(3)]
-            for i, future in enumerate(done):
-                placement.write(lambda i=i: first_audit(f"c{i}"), lambda outcome, i=i: (i, outcome), future)
-                assert writer.handed == i + 1
+            done = three_written(placement, first_audit)
+            assert writer.handed == 3  # in the pass that wrote them
             assert await asyncio.gather(*done) == [(0, None), (1, None), (2, None)]
+            loop = asyncio.get_running_loop()
             from_thread: asyncio.Future[tuple[int, WriteOutcome]] = loop.create_future()
 
             def on_thread() -> None:
