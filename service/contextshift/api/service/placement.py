@@ -20,10 +20,10 @@ A record to store (a shift's generation and audit) goes to the process's group w
 (`audit.writer`): from a thread at once (made there, and handed to the call's loop when the store
 commits groups outside Python); from the loop at once to a store's commits outside Python (their
 thread commits what queued while the loop goes on), else at the end of the loop's pass, with every
-record the pass made, so the Python writer thread wakes once for them, not once for each. The call's future is settled once
-the record's group is committed: on the loop, when the store commits groups outside Python (SQLite,
-PostgreSQL: the loop reads their outcomes); else from the writer thread, the futures settled since
-the loop last woke in one wake-up.
+record the pass made, so the Python writer thread wakes once for them, not once for each. The
+call's future is settled once the record's group is committed: on the loop, when the store commits
+groups outside Python (SQLite, PostgreSQL: the loop reads their outcomes); else from the writer
+thread, the futures settled since the loop last woke in one wake-up.
 """
 
 from __future__ import annotations
